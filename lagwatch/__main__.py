@@ -1,0 +1,3 @@
+from lagwatch.cli import main
+
+raise SystemExit(main())

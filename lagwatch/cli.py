@@ -1,0 +1,190 @@
+"""Command line: run, check, validate, dev-broker. Errors become one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from lagwatch import __version__
+from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
+from lagwatch.errors import ConfigError, LagwatchError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _quiet_kafka_logging(getattr(args, "log_level", "WARNING"))
+    try:
+        return int(args.func(args))
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"lagwatch: config error: {problem}", file=sys.stderr)
+        return e.exit_code
+    except LagwatchError as e:
+        print(f"lagwatch: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lagwatch", description="Kafka consumer-lag monitoring and alerting")
+    parser.add_argument("--version", action="version", version=f"lagwatch {__version__}")
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="watch the configured clusters; without any, a local Kafka with demo traffic")
+    run.add_argument("--config", type=Path, help="YAML configuration file")
+    run.add_argument("--interval", type=float, default=None, help="seconds between polls (overrides config)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.set_defaults(func=_cmd_run)
+
+    check = sub.add_parser("check", help="poll once and print consumer lag")
+    target = check.add_mutually_exclusive_group(required=True)
+    target.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] of a PLAINTEXT cluster")
+    target.add_argument("--config", type=Path, help="YAML configuration file (every cluster in it)")
+    check.add_argument("--group", help="regex the group id must match (whole id)")
+    check.add_argument("--output", choices=["table", "json"], default="table")
+    check.add_argument("--timeout", type=float, default=15.0, help="request timeout in seconds")
+    check.set_defaults(func=_cmd_check)
+
+    validate = sub.add_parser("validate", help="check a configuration file and summarise it")
+    validate.add_argument("--config", type=Path, required=True)
+    validate.set_defaults(func=_cmd_validate)
+
+    broker = sub.add_parser("dev-broker", help="run a local single-node Apache Kafka (KRaft) on 127.0.0.1")
+    broker.add_argument("--port", type=int, default=9092)
+    broker.add_argument("--kafka-version", default=None, help="Apache Kafka version, e.g. 4.1.2 or 3.9.2")
+    broker.add_argument("--data-dir", type=Path, help="keep the broker's data here (default: a temp dir)")
+    broker.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a broker setting")
+    broker.add_argument("--fetch-only", action="store_true", help="download the jars, then exit")
+    broker.set_defaults(func=_cmd_dev_broker)
+    return parser
+
+
+def _quiet_kafka_logging(level: str) -> None:
+    # kafka-python logs connection failures with tracebacks; lagwatch reports them itself, in one line.
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    print(f"{args.config}: valid, {len(settings.clusters)} cluster(s)")
+    for name, c in settings.clusters.items():
+        auth = c.security.protocol + (f"/{c.security.sasl.mechanism}" if c.security.sasl else "")
+        print(f"  {name}: {','.join(c.bootstrap_servers)} ({auth}), poll every {c.poll_interval_s:g}s, "
+              f"groups {c.groups.include} minus {c.groups.exclude}")  # fmt: skip
+    return 0
+
+
+def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
+    if args.config is not None:
+        clusters = dict(load_settings(args.config).clusters)
+        if not clusters:
+            raise ConfigError(["clusters: no cluster configured"])
+    else:
+        try:
+            clusters = {"default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=args.timeout)}
+        except Exception as e:
+            raise ConfigError([f"--bootstrap-server: {_first_error(e)}"]) from None
+    if args.group:
+        try:
+            re.compile(args.group)
+        except re.error as e:
+            raise ConfigError([f"--group: invalid regex {args.group!r}: {e}"]) from None
+        clusters = {
+            n: c.model_copy(update={"groups": NameFilter(include=[args.group], exclude=c.groups.exclude)})
+            for n, c in clusters.items()
+        }
+    return clusters
+
+
+def _first_error(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        return str(errors()[0]["msg"]).removeprefix("Value error, ")
+    return str(error)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from lagwatch.check import lags_of, render_json, render_table
+    from lagwatch.collect import ClusterPoller
+
+    results = []
+    failed = False
+    for name, cluster in _check_targets(args).items():
+        poller = ClusterPoller(name, cluster)
+        try:
+            snapshot = poller.poll()
+        finally:
+            poller.close()
+        if not snapshot.ok:
+            print(f"lagwatch: cluster {name!r}: {snapshot.error_kind}: {snapshot.error}", file=sys.stderr)
+            failed = True
+            continue
+        for g in snapshot.groups:
+            if g.error:
+                print(f"lagwatch: cluster {name!r} group {g.group_id!r}: {g.error}", file=sys.stderr)
+                failed = True
+        results.append((snapshot, lags_of(snapshot, cluster.read_committed)))
+    if args.output == "json":
+        print(render_json(results))
+    else:
+        print("\n\n".join(render_table(s, g) for s, g in results))
+    return 1 if failed else 0
+
+
+def _cmd_dev_broker(args: argparse.Namespace) -> int:
+    from lagwatch.devbroker import DEFAULT_KAFKA_VERSION, LocalBroker, ensure_kafka_jars
+
+    version = args.kafka_version or DEFAULT_KAFKA_VERSION
+    if args.fetch_only:
+        print(f"kafka_jars={ensure_kafka_jars(version)}")
+        return 0
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError([f"--set: {item!r} is not KEY=VALUE"])
+        settings[key.strip()] = value.strip()
+    broker = LocalBroker(port=args.port, kafka_version=version, data_dir=args.data_dir, settings=settings)
+    stop = threading.Event()
+    _on_signals(stop)
+    broker.start()
+    try:
+        print(f"bootstrap={broker.bootstrap}", flush=True)
+        print(f"kafka {version} running, log in {broker.log_file}; Ctrl-C stops it", file=sys.stderr)
+        while not stop.wait(1.0):
+            if not broker.running:
+                print("lagwatch: kafka broker exited unexpectedly", file=sys.stderr)
+                return 1
+    finally:
+        broker.stop()
+    return 0
+
+
+def _on_signals(stop: threading.Event) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from lagwatch.daemon import run_watch
+
+    settings: Settings = load_settings(args.config) if args.config else load_settings()
+    stop = threading.Event()
+    _on_signals(stop)
+    return run_watch(settings, stop, interval=args.interval)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""One poll of one cluster -> one immutable ClusterSnapshot.
+
+Requests per poll: ListGroups per broker, FindCoordinator once (only for groups whose coordinator is not
+known yet), DescribeGroups and OffsetFetch per coordinator, one Metadata, ListOffsets per leader and spec,
+and DescribeConfigs per broker when the broker settings are due. None of it grows with the number of groups.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import OffsetSpec
+
+from lagwatch.collect.client import open_admin, translate
+from lagwatch.collect.wire import (
+    COORDINATOR_ERRORS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    DescribedGroup,
+    GroupAnswers,
+    ListedGroup,
+    Wire,
+)
+from lagwatch.config import ClusterConfig
+from lagwatch.errors import ClusterError
+from lagwatch.model import (
+    BrokerSettings,
+    ClusterSnapshot,
+    CommittedOffset,
+    GroupKind,
+    GroupSnapshot,
+    PartitionOffsets,
+    TopicPartition,
+)
+
+_RETENTION = "offsets.retention.minutes"
+_CHECK_INTERVAL = "offsets.retention.check.interval.ms"
+# Group types that never commit offsets the monitor could read.
+_SKIPPED_GROUP_TYPES = {"share"}
+
+
+def classify(protocol_type: str, group_type: str | None) -> GroupKind:
+    if group_type == "consumer":
+        return GroupKind.CONSUMER
+    if protocol_type == "consumer":
+        return GroupKind.CLASSIC
+    if protocol_type == "":
+        return GroupKind.SIMPLE
+    return GroupKind.OTHER
+
+
+class ClusterPoller:
+    """Keeps one admin connection to one cluster and turns each poll into a snapshot. Not thread-safe."""
+
+    def __init__(self, name: str, config: ClusterConfig, clock: Callable[[], float] = time.time) -> None:
+        self.name = name
+        self.config = config
+        self._clock = clock
+        self._admin: Any = None
+        self._coordinators: dict[str, int] = {}
+        self._brokers: tuple[BrokerSettings, ...] = ()
+        self._brokers_read_at = float("-inf")
+
+    def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            try:
+                admin.close()
+            except Exception:
+                pass
+
+    def poll(self) -> ClusterSnapshot:
+        """Never raises for a Kafka failure: a failed poll is a snapshot with `error` set."""
+        started = self._clock()
+        t0 = time.monotonic()
+        wire: Wire | None = None
+        try:
+            if self._admin is None:
+                self._admin = open_admin(self.name, self.config)
+            wire = Wire(self._admin, int(self.config.request_timeout_s * 1000))
+            groups, partitions = self._collect(wire)
+            brokers = self._broker_settings(wire, started)
+            return ClusterSnapshot(
+                cluster=self.name,
+                taken_at=started,
+                duration_s=time.monotonic() - t0,
+                groups=groups,
+                partitions=partitions,
+                brokers=brokers,
+                requests=dict(wire.sent),
+            )
+        except Exception as e:
+            error = translate(self.name, e)
+            if error.kind in ("unreachable", "auth_failed"):
+                self.close()  # start from a fresh connection and fresh metadata next time
+            return ClusterSnapshot(
+                cluster=self.name,
+                taken_at=started,
+                duration_s=time.monotonic() - t0,
+                requests=dict(wire.sent) if wire else {},
+                error=error.detail,
+                error_kind=error.kind,
+            )
+
+    # -- the steps of one poll ----------------------------------------------------------------------------
+
+    def _collect(self, wire: Wire) -> tuple[tuple[GroupSnapshot, ...], dict[TopicPartition, PartitionOffsets]]:
+        listed = self._list_groups(wire)
+        answers = self._read_groups(wire, listed)
+        groups = tuple(self._group_snapshot(g, answers) for g in sorted(listed.values(), key=lambda g: g.group_id))
+        needed = sorted(
+            {tp for g in groups for tp in (*g.committed, *g.member_of()) if self.config.topics.matches(tp.topic)}
+        )
+        partitions = self._log_offsets(wire, needed)
+        # Topic filters apply to what a group shows as well as to what lagwatch asks for.
+        groups = tuple(_only_topics(g, self.config.topics.matches) for g in groups)
+        return groups, partitions
+
+    def _list_groups(self, wire: Wire) -> dict[str, ListedGroup]:
+        broker_ids = wire.broker_ids()
+        listed, failed = wire.run(wire.list_groups, broker_ids)
+        if failed:
+            # A broker that cannot list its groups would make them look deleted: fail the poll instead.
+            broker, error = next(iter(failed.items()))
+            if isinstance(error, Errors.SaslAuthenticationFailedError | Errors.AuthorizationError):
+                raise error
+            raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
+        return {
+            g.group_id: g
+            for g in listed
+            if g.group_type not in _SKIPPED_GROUP_TYPES and self.config.groups.matches(g.group_id)
+        }
+
+    def _read_groups(self, wire: Wire, listed: dict[str, ListedGroup]) -> GroupAnswers:
+        answers = GroupAnswers()
+        pending = sorted(listed)
+        # KIP-848 groups answer GROUP_ID_NOT_FOUND to DescribeGroups; their kind is known from ListGroups.
+        describe = {g for g, info in listed.items() if info.group_type != "consumer"}
+        for attempt in range(2):  # a moved or loading coordinator gets one more try within the same poll
+            unknown = [g for g in pending if g not in self._coordinators]
+            found, failed = wire.run(wire.find_coordinators, unknown)
+            self._coordinators.update(found)
+            for g, error in failed.items():
+                answers.errors[g] = error
+            by_coordinator: dict[int, list[str]] = {}
+            for g in pending:
+                if g in self._coordinators:
+                    by_coordinator.setdefault(self._coordinators[g], []).append(g)
+                    answers.errors.pop(g, None)
+            wire.run(wire.read_groups, by_coordinator, describe, answers)
+            retry = [g for g, e in answers.errors.items() if isinstance(e, COORDINATOR_ERRORS | Errors.KafkaConnectionError)]
+            for g in retry:
+                self._coordinators.pop(g, None)
+            if not retry or attempt == 1:
+                break
+            pending = retry
+            for g in retry:
+                answers.errors.pop(g, None)
+                answers.described.pop(g, None)
+            time.sleep(0.2)
+        for g in list(answers.errors):
+            if g in answers.committed and isinstance(answers.errors[g], Errors.GroupIdNotFoundError):
+                answers.errors.pop(g)  # DescribeGroups of a KIP-848 group: offsets were read, that is enough
+        return answers
+
+    def _group_snapshot(self, listed: ListedGroup, answers: GroupAnswers) -> GroupSnapshot:
+        described: DescribedGroup | None = answers.described.get(listed.group_id)
+        error = answers.errors.get(listed.group_id)
+        protocol_type = described.protocol_type if described else listed.protocol_type
+        state = (described.state if described else None) or listed.state or "Unknown"
+        kind = classify(protocol_type, listed.group_type)
+        if listed.group_type is None and described is None:
+            kind = GroupKind.UNKNOWN if error else kind
+        committed: dict[TopicPartition, CommittedOffset] = answers.committed.get(listed.group_id, {})
+        return GroupSnapshot(
+            group_id=listed.group_id,
+            state=state,
+            protocol_type=protocol_type,
+            kind=kind,
+            coordinator_id=self._coordinators.get(listed.group_id),
+            members=described.members if described else (),
+            committed=committed,
+            error=_error_line(error) if error is not None else None,
+        )
+
+    def _log_offsets(self, wire: Wire, needed: list[TopicPartition]) -> dict[TopicPartition, PartitionOffsets]:
+        if not needed:
+            return {}
+        leaders, topic_errors = wire.run(wire.partition_leaders, sorted({tp.topic for tp in needed}))
+        asked = {tp: leaders[tp] for tp in needed if tp in leaders}
+        specs = [(OffsetSpec.LATEST, READ_UNCOMMITTED), (OffsetSpec.EARLIEST, READ_UNCOMMITTED)]
+        if self.config.read_committed:
+            specs.append((OffsetSpec.LATEST, READ_COMMITTED))
+        results = wire.run(wire.list_offsets, asked, specs)
+        ends, starts = results[0], results[1]
+        stable = results[2] if self.config.read_committed else None
+        partitions: dict[TopicPartition, PartitionOffsets] = {}
+        for tp in needed:
+            if tp not in asked:
+                error = topic_errors.get(tp.topic, "UnknownTopicOrPartitionError")
+                partitions[tp] = PartitionOffsets(None, None, None, error)
+                continue
+            error = ends.errors.get(tp) or starts.errors.get(tp) or (stable.errors.get(tp) if stable else None)
+            partitions[tp] = PartitionOffsets(
+                log_start=starts.offsets.get(tp),
+                log_end=ends.offsets.get(tp),
+                last_stable=stable.offsets.get(tp) if stable else None,
+                error=error,
+            )
+        return partitions
+
+    def _broker_settings(self, wire: Wire, now: float) -> tuple[BrokerSettings, ...]:
+        """offsets.retention.* from every broker; read rarely, and a failure keeps the last known values."""
+        if now - self._brokers_read_at < self.config.broker_settings_refresh_s and self._brokers:
+            return self._brokers
+        try:
+            configs = wire.broker_configs(wire.broker_ids(), [_RETENTION, _CHECK_INTERVAL])
+        except Exception:
+            return self._brokers
+        self._brokers = tuple(
+            BrokerSettings(
+                broker_id=b,
+                offsets_retention_minutes=_int(c.get(_RETENTION)),
+                offsets_retention_check_interval_ms=_int(c.get(_CHECK_INTERVAL)),
+            )
+            for b, c in sorted(configs.items())
+        )
+        self._brokers_read_at = now
+        return self._brokers
+
+
+def _only_topics(group: GroupSnapshot, keep: Callable[[str], bool]) -> GroupSnapshot:
+    if all(keep(tp.topic) for tp in group.committed):
+        return group
+    from dataclasses import replace
+
+    return replace(group, committed={tp: c for tp, c in group.committed.items() if keep(tp.topic)})
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,354 @@
+"""The few Kafka requests a poll needs, sent through kafka-python's connection manager.
+
+kafka-python's public helpers raise on the first group- or partition-level error and lose every other
+group's answer, so lagwatch builds the requests itself: one per coordinator or per leader, all in flight at
+once, every error kept beside the group or partition it belongs to. Every request sent is counted.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import kafka.errors as Errors
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest, OffsetSpec
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+
+from lagwatch.model import CommittedOffset, Member, TopicPartition
+
+T = TypeVar("T")
+
+# Group-level errors after which the group's coordinator must be looked up again.
+COORDINATOR_ERRORS = (
+    Errors.NotCoordinatorError,
+    Errors.CoordinatorNotAvailableError,
+    Errors.CoordinatorLoadInProgressError,
+)
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+# Without OffsetFetch v8 (brokers before 3.0) each group costs one request: keep this many in flight.
+LEGACY_OFFSET_FETCH_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str | None  # ListGroups v4+
+    group_type: str | None  # ListGroups v5+: classic, consumer, share, streams
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    state: str
+    protocol_type: str
+    members: tuple[Member, ...]
+
+
+@dataclass
+class GroupAnswers:
+    """What the coordinators said of each group, with an error per group that could not be read."""
+
+    described: dict[str, DescribedGroup] = field(default_factory=dict)
+    committed: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsets:
+    offsets: dict[TopicPartition, int]
+    errors: dict[TopicPartition, str]
+
+
+class Wire:
+    def __init__(self, admin: Any, request_timeout_ms: int) -> None:
+        self._admin = admin
+        self._manager = admin._manager
+        self._timeout_ms = request_timeout_ms
+        self.sent: Counter[str] = Counter()
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Runs a coroutine on kafka-python's I/O thread and waits for it."""
+        return self._manager.run(fn, *args)  # type: ignore[no-any-return]
+
+    async def _send_all(self, requests: Iterable[tuple[int | None, Any]]) -> list[Any]:
+        """Sends every request at once; returns each response, or the exception it failed with."""
+        futures = []
+        for node_id, request in requests:
+            self.sent[request.name.removesuffix("Request")] += 1
+            futures.append(self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
+        results: list[Any] = []
+        for future in futures:
+            try:
+                results.append(await future)
+            except Exception as e:  # one broker's failure stays with its own request
+                results.append(e)
+        return results
+
+    def broker_ids(self) -> list[int]:
+        return sorted(b.node_id for b in self._manager.cluster.brokers())
+
+    def api_version(self, request_cls: Any) -> int:
+        return int(self._manager.broker_version_data.api_version(request_cls))
+
+    # -- groups -------------------------------------------------------------------------------------------
+
+    async def list_groups(self, broker_ids: list[int]) -> tuple[list[ListedGroup], dict[int, BaseException]]:
+        request = ListGroupsRequest(min_version=0)
+        responses = await self._send_all((b, request) for b in broker_ids)
+        groups: list[ListedGroup] = []
+        failed: dict[int, BaseException] = {}
+        for broker_id, response in zip(broker_ids, responses, strict=True):
+            if isinstance(response, BaseException):
+                failed[broker_id] = response
+                continue
+            error = Errors.for_code(response.error_code)
+            if error is not Errors.NoError:
+                failed[broker_id] = error()
+                continue
+            for g in response.groups:
+                groups.append(
+                    ListedGroup(
+                        group_id=g.group_id,
+                        protocol_type=g.protocol_type or "",
+                        state=getattr(g, "group_state", None) or None,
+                        group_type=getattr(g, "group_type", None) or None,
+                    )
+                )
+        return groups, failed
+
+    async def find_coordinators(self, group_ids: list[str]) -> tuple[dict[str, int], dict[str, BaseException]]:
+        found: dict[str, int] = {}
+        failed: dict[str, BaseException] = {}
+        if not group_ids:
+            return found, failed
+        cluster = self._manager.cluster
+        if self.api_version(FindCoordinatorRequest) >= 4:
+            batch = [(None, FindCoordinatorRequest(key_type=0, coordinator_keys=group_ids, min_version=4))]
+            (response,) = await self._send_all(batch)
+            if isinstance(response, BaseException):
+                return found, dict.fromkeys(group_ids, response)
+            for c in response.coordinators:
+                error = Errors.for_code(c.error_code)
+                if error is Errors.NoError:
+                    found[c.key] = cluster.add_coordinator(c, 0, c.key, synthesize_node_id=False)
+                else:
+                    failed[c.key] = error(c.error_message or "")
+            return found, failed
+        # Brokers before 2.8 answer one key per request.
+        requests = [(None, FindCoordinatorRequest(key=g, key_type=0, max_version=3)) for g in group_ids]
+        for group_id, response in zip(group_ids, await self._send_all(requests), strict=True):
+            if isinstance(response, BaseException):
+                failed[group_id] = response
+            elif Errors.for_code(response.error_code) is not Errors.NoError:
+                failed[group_id] = Errors.for_code(response.error_code)()
+            else:
+                found[group_id] = cluster.add_coordinator(response, 0, group_id, synthesize_node_id=False)
+        return found, failed
+
+    async def read_groups(
+        self, by_coordinator: Mapping[int, list[str]], describe: set[str], answers: GroupAnswers
+    ) -> None:
+        """DescribeGroups (for the groups in `describe`) and OffsetFetch, one of each per coordinator."""
+        requests: list[tuple[int, Any]] = []
+        handlers: list[Callable[[Any], None]] = []
+        for coordinator, group_ids in by_coordinator.items():
+            to_describe = [g for g in group_ids if g in describe]
+            if to_describe:
+                requests.append((coordinator, DescribeGroupsRequest(groups=to_describe)))
+                handlers.append(_describe_handler(to_describe, answers))
+            for chunk, request in self._offset_fetch_requests(group_ids):
+                requests.append((coordinator, request))
+                handlers.append(_offset_fetch_handler(chunk, answers))
+        if self.api_version(OffsetFetchRequest) >= 8:
+            responses = await self._send_all(requests)
+        else:
+            responses = []
+            for start in range(0, len(requests), LEGACY_OFFSET_FETCH_CONCURRENCY):
+                responses += await self._send_all(requests[start : start + LEGACY_OFFSET_FETCH_CONCURRENCY])
+        for handle, response in zip(handlers, responses, strict=True):
+            handle(response)
+
+    def _offset_fetch_requests(self, group_ids: list[str]) -> Iterable[tuple[list[str], Any]]:
+        if self.api_version(OffsetFetchRequest) >= 8:
+            groups = [OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in group_ids]
+            yield group_ids, OffsetFetchRequest(groups=groups, min_version=8, max_version=8)
+        else:
+            for g in group_ids:
+                yield [g], OffsetFetchRequest(group_id=g, topics=None, min_version=2, max_version=7)
+
+    # -- partitions ----------------------------------------------------------------------------------------
+
+    async def partition_leaders(self, topics: list[str]) -> tuple[dict[TopicPartition, int], dict[str, str]]:
+        """Leader of every partition of `topics`, from one Metadata request; unknown topics in the second map."""
+        if not topics:
+            return {}, {}
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        (response,) = await self._send_all([(None, request)])
+        if isinstance(response, BaseException):
+            raise response
+        leaders: dict[TopicPartition, int] = {}
+        topic_errors: dict[str, str] = {}
+        for t in response.topics:
+            error = Errors.for_code(t.error_code)
+            if error is not Errors.NoError:
+                topic_errors[t.name] = error.__name__
+                continue
+            for p in t.partitions:
+                leaders[TopicPartition(t.name, p.partition_index)] = p.leader_id
+        return leaders, topic_errors
+
+    async def list_offsets(
+        self, leaders: Mapping[TopicPartition, int], specs: list[tuple[OffsetSpec, int]]
+    ) -> list[LogOffsets]:
+        """For each (spec, isolation level): one ListOffsets per leader, all in flight together."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in leaders.items():
+            by_leader.setdefault(leader, []).append(tp)
+        requests: list[tuple[int, Any]] = []
+        for spec, isolation in specs:
+            for leader, tps in by_leader.items():
+                requests.append((leader, _list_offsets_request(tps, spec, isolation)))
+        responses = iter(await self._send_all(requests))
+        results = []
+        for _spec in specs:
+            offsets: dict[TopicPartition, int] = {}
+            errors: dict[TopicPartition, str] = {}
+            for tps in by_leader.values():
+                _read_list_offsets(next(responses), tps, offsets, errors)
+            results.append(LogOffsets(offsets, errors))
+        return results
+
+    # -- broker settings -----------------------------------------------------------------------------------
+
+    def broker_configs(self, broker_ids: list[int], names: list[str]) -> dict[int, dict[str, str]]:
+        """The named settings of every broker, as each broker really runs them (config_filter='all')."""
+        resources = [ConfigResource(ConfigResourceType.BROKER, str(b), configs=dict.fromkeys(names)) for b in broker_ids]
+        self.sent["DescribeConfigs"] += len(broker_ids)
+        described = self._admin.describe_configs(resources, config_filter="all")
+        result: dict[int, dict[str, str]] = {}
+        for broker, configs in described.get("broker", {}).items():
+            result[int(broker)] = {name: c.get("value") for name, c in configs.items() if c.get("value") is not None}
+        return result
+
+
+def _list_offsets_request(tps: list[TopicPartition], spec: OffsetSpec, isolation: int) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    partition_cls = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(partition_cls(partition_index=tp.partition, timestamp=spec))
+    return ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=isolation,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        min_version=max(ListOffsetsRequest.min_version_for_isolation_level(isolation), 1),
+    )
+
+
+def _read_list_offsets(
+    response: Any, tps: list[TopicPartition], offsets: dict[TopicPartition, int], errors: dict[TopicPartition, str]
+) -> None:
+    if isinstance(response, BaseException):
+        for tp in tps:
+            errors[tp] = _error_text(response)
+        return
+    for t in response.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition_index)
+            error = Errors.for_code(p.error_code)
+            if error is Errors.NoError and p.offset >= 0:
+                offsets[tp] = p.offset
+            else:
+                errors[tp] = error.__name__ if error is not Errors.NoError else "no offset"
+
+
+def _describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
+    def handle(response: Any) -> None:
+        if isinstance(response, BaseException):
+            for g in group_ids:
+                answers.errors.setdefault(g, response)
+            return
+        for g in response.groups:
+            error = Errors.for_code(g.error_code)
+            if error is not Errors.NoError:
+                answers.errors.setdefault(g.group_id, error(getattr(g, "error_message", None) or ""))
+                continue
+            answers.described[g.group_id] = DescribedGroup(
+                state=g.group_state,
+                protocol_type=g.protocol_type or "",
+                members=tuple(_member(m, g.protocol_type) for m in g.members),
+            )
+
+    return handle
+
+
+def _member(m: Any, protocol_type: str) -> Member:
+    assignment: tuple[TopicPartition, ...] = ()
+    subscribed: tuple[str, ...] = ()
+    if protocol_type == "consumer":  # only consumer-protocol members carry assignments lagwatch can read
+        try:
+            if m.member_assignment:
+                decoded = ConsumerProtocolAssignment.decode(m.member_assignment)
+                assignment = tuple(
+                    TopicPartition(a.topic, p) for a in decoded.assigned_partitions for p in a.partitions
+                )
+            if m.member_metadata:
+                subscribed = tuple(ConsumerProtocolSubscription.decode(m.member_metadata).topics)
+        except (struct.error, ValueError):
+            pass  # a client writing something else: the member stays, without assignment
+    return Member(
+        member_id=m.member_id,
+        client_id=m.client_id,
+        client_host=m.client_host,
+        assignment=assignment,
+        subscribed_topics=subscribed,
+    )
+
+
+def _offset_fetch_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
+    def handle(response: Any) -> None:
+        if isinstance(response, BaseException):
+            for g in group_ids:
+                answers.errors.setdefault(g, response)
+            return
+        top_error = Errors.for_code(getattr(response, "error_code", 0))
+        if response.API_VERSION >= 8:
+            groups = [(g.group_id, g.error_code, g.topics) for g in response.groups]
+        else:
+            groups = [(group_ids[0], response.error_code, response.topics)]
+        for group_id, error_code, topics in groups:
+            error = Errors.for_code(error_code)
+            if error is Errors.NoError and top_error is not Errors.NoError:
+                error = top_error
+            if error is not Errors.NoError:
+                answers.errors.setdefault(group_id, error())
+                continue
+            committed: dict[TopicPartition, CommittedOffset] = {}
+            for t in topics:
+                for p in t.partitions:
+                    # -1 means "nothing committed"; a partition-level error leaves the partition out.
+                    if p.error_code == 0 and p.committed_offset >= 0:
+                        epoch = getattr(p, "committed_leader_epoch", -1)
+                        committed[TopicPartition(t.name, p.partition_index)] = CommittedOffset(
+                            offset=p.committed_offset,
+                            leader_epoch=epoch if epoch is not None and epoch >= 0 else None,
+                            metadata=p.metadata or "",
+                        )
+            answers.committed[group_id] = committed
+
+    return handle
+
+
+def _error_text(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,219 @@
+"""Configuration: a YAML file, overridden by LAGWATCH_* environment variables and a secrets directory.
+
+Clusters are keyed by name, so that `LAGWATCH_CLUSTERS__PROD__SECURITY__SASL__PASSWORD` (or a secret file
+`clusters__prod__security__sasl__password`) can reach one cluster's field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from lagwatch.errors import ConfigError
+
+_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NameFilter(_Strict):
+    """Regexes matched against the whole name (fullmatch); exclude wins over include."""
+
+    include: list[str] = Field(default_factory=lambda: [".*"])
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"invalid regex {p!r}: {e}") from None
+        return patterns
+
+    def matches(self, name: str) -> bool:
+        return any(re.fullmatch(p, name) for p in self.include) and not any(
+            re.fullmatch(p, name) for p in self.exclude
+        )
+
+
+class TlsConfig(_Strict):
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    key_password: SecretStr | None = None
+    check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> TlsConfig:
+        for name in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: no such file {str(path)!r}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI", "AWS_MSK_IAM"]
+
+
+class SaslConfig(_Strict):
+    mechanism: SaslMechanism
+    username: str | None = None
+    password: SecretStr | None = None
+    kerberos_service_name: str = "kafka"
+    kerberos_domain_name: str | None = None
+    # OAUTHBEARER: "module:Class" of a kafka.sasl.oauth.AbstractTokenProvider subclass, built without arguments.
+    oauth_token_provider: str | None = None
+
+    @model_validator(mode="after")
+    def _credentials(self) -> SaslConfig:
+        if self.mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and (
+            not self.username or self.password is None
+        ):
+            raise ValueError(f"{self.mechanism} needs username and password")
+        if self.mechanism == "OAUTHBEARER" and not self.oauth_token_provider:
+            raise ValueError("OAUTHBEARER needs oauth_token_provider ('module:Class')")
+        return self
+
+
+class SecurityConfig(_Strict):
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    tls: TlsConfig | None = None
+    sasl: SaslConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecurityConfig:
+        if self.protocol.startswith("SASL") and self.sasl is None:
+            raise ValueError(f"protocol {self.protocol} needs a sasl section")
+        if not self.protocol.startswith("SASL") and self.sasl is not None:
+            raise ValueError(f"a sasl section needs protocol SASL_PLAINTEXT or SASL_SSL, not {self.protocol}")
+        return self
+
+
+class ClusterConfig(_Strict):
+    bootstrap_servers: list[str] = Field(min_length=1)
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
+    groups: NameFilter = Field(default_factory=NameFilter)
+    topics: NameFilter = Field(default_factory=NameFilter)
+    request_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    poll_interval_s: float = Field(default=30.0, ge=1, le=3600)
+    # Lag against the last stable offset (read_committed consumers of transactional topics).
+    read_committed: bool = False
+    # Overrides what the brokers say for offsets.retention.minutes (e.g. when describe_configs is not allowed).
+    offsets_retention_minutes: int | None = Field(default=None, gt=0)
+    # How often broker settings (offsets.retention.*) are read again.
+    broker_settings_refresh_s: float = Field(default=3600.0, ge=0)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [s.strip() for s in value.split(",") if s.strip()]
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port(cls, servers: list[str]) -> list[str]:
+        for s in servers:
+            host, sep, port = s.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{s!r} is not host:port")
+        return servers
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LAGWATCH_",
+        env_nested_delimiter="__",
+        secrets_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+    state_dir: Path = Path("state")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("clusters")
+    @classmethod
+    def _names(cls, clusters: dict[str, ClusterConfig]) -> dict[str, ClusterConfig]:
+        for name in clusters:
+            if not re.match(_NAME_RE, name):
+                raise ValueError(f"cluster name {name!r} must match {_NAME_RE}")
+        return clusters
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Highest priority first: explicit arguments, environment, secret files, then the YAML file.
+        # Secret files are named like the env vars without the prefix: clusters__prod__security__sasl__password.
+        secrets = NestedSecretsSettingsSource(file_secret_settings, secrets_prefix="")
+        return (init_settings, env_settings, secrets, YamlConfigSettingsSource(settings_cls))
+
+
+def load_settings(config_file: Path | None = None, secrets_dir: Path | None = None, **overrides: Any) -> Settings:
+    """Loads and validates everything; raises ConfigError with one line per problem, naming the field."""
+    secrets_dir = secrets_dir or _env_path("LAGWATCH_SECRETS_DIR")
+    extra: dict[str, Any] = {}
+    if config_file is not None:
+        if not config_file.is_file():
+            raise ConfigError([f"config: no such file {str(config_file)!r}"])
+        _check_yaml(config_file)
+        extra["yaml_file"] = config_file
+    if secrets_dir is not None:
+        if not secrets_dir.is_dir():
+            raise ConfigError([f"secrets_dir: no such directory {str(secrets_dir)!r}"])
+        extra["secrets_dir"] = secrets_dir
+    loaded_cls = type("LoadedSettings", (Settings,), {"model_config": {**Settings.model_config, **extra}})
+    try:
+        return loaded_cls(**overrides)  # type: ignore[no-any-return]
+    except ValidationError as e:
+        raise ConfigError([_describe(err) for err in e.errors()]) from None
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _check_yaml(path: Path) -> None:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError([f"config: {where}: invalid YAML: {problem}"]) from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError([f"config: {path}: the top level must be a mapping"])
+
+
+def _describe(error: Any) -> str:
+    loc = ".".join(str(part) for part in error["loc"]) or "config"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    return f"{loc}: {message}"

@@ -1,0 +1,94 @@
+"""Demo traffic for the embedded default: a producer and consumer groups in every state lagwatch reports."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+ORDERS, PAYMENTS = "demo.orders", "demo.payments"
+
+
+class DemoTraffic:
+    """Threads that keep producing and consuming until stop(); each one a different kind of consumer."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> DemoTraffic:
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            existing = set(admin.list_topics())
+            new = [NewTopic(t, n, 1) for t, n in ((ORDERS, 3), (PAYMENTS, 2)) if t not in existing]
+            if new:
+                admin.create_topics(new)
+        finally:
+            admin.close()
+        for target in (self._produce, self._fast_consumer, self._slow_consumer, self._assigned_consumer):
+            self._spawn(target)
+        self._stopped_group()
+        return self
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=f"demo-{target.__name__}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _produce(self) -> None:
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=50)
+        n = 0
+        while not self._stop.wait(0.05):  # ~20 orders/s, ~5 payments/s
+            producer.send(ORDERS, f"order-{n}".encode())
+            if n % 4 == 0:
+                producer.send(PAYMENTS, f"payment-{n}".encode())
+            n += 1
+        producer.close()
+
+    def _consumer(self, group: str, **options: Any) -> KafkaConsumer:
+        return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group, auto_offset_reset="earliest",
+                             client_id=group, **options)  # fmt: skip
+
+    def _fast_consumer(self) -> None:
+        consumer = self._consumer("demo-fast")
+        consumer.subscribe([ORDERS])
+        while not self._stop.is_set():
+            consumer.poll(500)
+        consumer.close()
+
+    def _slow_consumer(self) -> None:
+        """Reads 10 records a second while 20 arrive: lag that keeps growing."""
+        consumer = self._consumer("demo-slow", max_poll_records=5)
+        consumer.subscribe([ORDERS])
+        while not self._stop.wait(0.5):
+            consumer.poll(200, max_records=5)
+        consumer.close()
+
+    def _assigned_consumer(self) -> None:
+        """assign() and manual commits: a "simple" group that has no members as far as Kafka knows."""
+        consumer = self._consumer("demo-assign", enable_auto_commit=False)
+        consumer.assign([TopicPartition(PAYMENTS, 0)])
+        while not self._stop.wait(1.0):
+            if consumer.poll(200):
+                consumer.commit()
+        consumer.close()
+
+    def _stopped_group(self) -> None:
+        """Reads a few payments, commits and leaves: an Empty group whose lag grows and whose offsets will expire."""
+        consumer = self._consumer("demo-stopped", enable_auto_commit=False)
+        consumer.subscribe([PAYMENTS])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not consumer.poll(200):
+            pass  # commit only once records were read, so that there is a position to commit
+        consumer.commit()
+        consumer.close()

@@ -1,0 +1,35 @@
+"""Errors a caller can catch. Each carries a one-line message fit for a terminal."""
+
+
+class LagwatchError(Exception):
+    """Base class: str(error) is one line that tells the user what went wrong."""
+
+    exit_code = 1
+
+
+class ConfigError(LagwatchError):
+    """The configuration is invalid; `problems` holds one line per field."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class ToolMissingError(LagwatchError):
+    """A program lagwatch needs on this machine (java, mvn) is not installed."""
+
+
+class DevBrokerError(LagwatchError):
+    """The local Kafka broker could not be fetched, formatted or started."""
+
+
+class ClusterError(LagwatchError):
+    """A whole cluster could not be polled: unreachable, authentication failed, timed out."""
+
+    def __init__(self, cluster: str, kind: str, detail: str) -> None:
+        self.cluster = cluster
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"cluster {cluster!r}: {kind}: {detail}")

@@ -1,0 +1,90 @@
+"""Plain, immutable data that every stage shares. No Kafka client objects ever cross a stage boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class GroupKind(StrEnum):
+    """How a group manages membership; it decides when its committed offsets can expire."""
+
+    CLASSIC = "classic"  # subscribe() through the classic rebalance protocol, protocol type "consumer"
+    SIMPLE = "simple"  # assign() + commit: no members, protocol type ""
+    CONSUMER = "consumer"  # KIP-848 group (group.protocol=consumer)
+    OTHER = "other"  # another protocol on the classic coordinator, e.g. Kafka Connect
+    UNKNOWN = "unknown"  # the broker did not say (error, or too old to tell)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    assignment: tuple[TopicPartition, ...] = ()
+    subscribed_topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int | None = None
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Where a partition's log starts and ends; None where the broker did not tell."""
+
+    log_start: int | None
+    log_end: int | None
+    last_stable: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    group_id: str
+    state: str  # as the broker names it: Stable, Empty, PreparingRebalance, Dead, ... or "Unknown"
+    protocol_type: str
+    kind: GroupKind
+    coordinator_id: int | None
+    members: tuple[Member, ...] = ()
+    committed: Mapping[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    error: str | None = None  # set when this group could not be read this poll; the others are unaffected
+
+    def member_of(self) -> dict[TopicPartition, Member]:
+        return {tp: m for m in self.members for tp in m.assignment}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    broker_id: int
+    offsets_retention_minutes: int | None
+    offsets_retention_check_interval_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """One poll of one cluster. `error` is set when the cluster as a whole could not be polled."""
+
+    cluster: str
+    taken_at: float  # seconds since the epoch, when the poll began
+    duration_s: float
+    groups: tuple[GroupSnapshot, ...] = ()
+    partitions: Mapping[TopicPartition, PartitionOffsets] = field(default_factory=dict)
+    brokers: tuple[BrokerSettings, ...] = ()
+    requests: Mapping[str, int] = field(default_factory=dict)  # Kafka requests sent, by API name
+    error: str | None = None
+    error_kind: str | None = None  # unreachable | auth_failed | timeout | error
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
