@@ -9,7 +9,18 @@ from typing import Any
 from lagwatch.lag import GroupLag, group_lag
 from lagwatch.model import ClusterSnapshot
 
-_COLUMNS = ("GROUP", "STATE", "TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")
+_COLUMNS = (
+    "GROUP",
+    "STATE",
+    "TOPIC",
+    "PARTITION",
+    "COMMITTED",
+    "LOG-END",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+)
 
 
 def lags_of(snapshot: ClusterSnapshot, use_last_stable: bool = False) -> list[GroupLag]:
@@ -54,8 +65,20 @@ def render_table(snapshot: ClusterSnapshot, groups: list[GroupLag]) -> str:
     for g in groups:
         for p in g.partitions:
             lag = cell(p.lag) + (" (below log start)" if p.state.value == "below_log_start" else "")
-            lines.append([g.group.group_id, g.group.state, p.topic, str(p.partition), cell(p.committed),
-                          cell(p.log_end), lag, cell(p.member_id), cell(p.client_host), cell(p.client_id)])  # fmt: skip
+            lines.append(
+                [
+                    g.group.group_id,
+                    g.group.state,
+                    p.topic,
+                    str(p.partition),
+                    cell(p.committed),
+                    cell(p.log_end),
+                    lag,
+                    cell(p.member_id),
+                    cell(p.client_host),
+                    cell(p.client_id),
+                ]
+            )
     widths = [max(len(row[i]) for row in lines) for i in range(len(_COLUMNS))]
     out = [f"cluster {snapshot.cluster}: {len(groups)} groups, polled in {snapshot.duration_s * 1000:.0f} ms"]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]

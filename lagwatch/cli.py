@@ -78,8 +78,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.config}: valid, {len(settings.clusters)} cluster(s)")
     for name, c in settings.clusters.items():
         auth = c.security.protocol + (f"/{c.security.sasl.mechanism}" if c.security.sasl else "")
-        print(f"  {name}: {','.join(c.bootstrap_servers)} ({auth}), poll every {c.poll_interval_s:g}s, "
-              f"groups {c.groups.include} minus {c.groups.exclude}")  # fmt: skip
+        print(
+            f"  {name}: {','.join(c.bootstrap_servers)} ({auth}), poll every {c.poll_interval_s:g}s, "
+            f"groups {c.groups.include} minus {c.groups.exclude}"
+        )
     return 0
 
 
@@ -90,7 +92,9 @@ def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
             raise ConfigError(["clusters: no cluster configured"])
     else:
         try:
-            clusters = {"default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=args.timeout)}
+            clusters = {
+                "default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=args.timeout)
+            }
         except Exception as e:
             raise ConfigError([f"--bootstrap-server: {_first_error(e)}"]) from None
     if args.group:

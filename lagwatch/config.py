@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -47,9 +55,7 @@ class NameFilter(_Strict):
         return patterns
 
     def matches(self, name: str) -> bool:
-        return any(re.fullmatch(p, name) for p in self.include) and not any(
-            re.fullmatch(p, name) for p in self.exclude
-        )
+        return any(re.fullmatch(p, name) for p in self.include) and not any(re.fullmatch(p, name) for p in self.exclude)
 
 
 class TlsConfig(_Strict):

@@ -32,7 +32,11 @@ def run_watch(settings: Settings, stop: threading.Event, interval: float | None 
                 if snapshot.ok:
                     print(render_table(snapshot, lags_of(snapshot, clusters[name].read_committed)), flush=True)
                 else:
-                    print(f"cluster {name}: {snapshot.error_kind}: {snapshot.error}", file=sys.stderr, flush=True)
+                    print(
+                        f"cluster {name}: {snapshot.error_kind}: {snapshot.error}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             print(flush=True)
             stop.wait(wait)
     return 0

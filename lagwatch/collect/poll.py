@@ -7,6 +7,7 @@ and DescribeConfigs per broker when the broker settings are due. None of it grow
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -67,10 +68,8 @@ class ClusterPoller:
     def close(self) -> None:
         if self._admin is not None:
             admin, self._admin = self._admin, None
-            try:
+            with contextlib.suppress(Exception):  # closing a broken connection must not mask the real error
                 admin.close()
-            except Exception:
-                pass
 
     def poll(self) -> ClusterSnapshot:
         """Never raises for a Kafka failure: a failed poll is a snapshot with `error` set."""
@@ -151,7 +150,9 @@ class ClusterPoller:
                     by_coordinator.setdefault(self._coordinators[g], []).append(g)
                     answers.errors.pop(g, None)
             wire.run(wire.read_groups, by_coordinator, describe, answers)
-            retry = [g for g, e in answers.errors.items() if isinstance(e, COORDINATOR_ERRORS | Errors.KafkaConnectionError)]
+            retry = [
+                g for g, e in answers.errors.items() if isinstance(e, COORDINATOR_ERRORS | Errors.KafkaConnectionError)
+            ]
             for g in retry:
                 self._coordinators.pop(g, None)
             if not retry or attempt == 1:
@@ -200,8 +201,9 @@ class ClusterPoller:
         partitions: dict[TopicPartition, PartitionOffsets] = {}
         for tp in needed:
             if tp not in asked:
-                error = topic_errors.get(tp.topic, "UnknownTopicOrPartitionError")
-                partitions[tp] = PartitionOffsets(None, None, None, error)
+                partitions[tp] = PartitionOffsets(
+                    None, None, None, topic_errors.get(tp.topic, "UnknownTopicOrPartition")
+                )
                 continue
             error = ends.errors.get(tp) or starts.errors.get(tp) or (stable.errors.get(tp) if stable else None)
             partitions[tp] = PartitionOffsets(

@@ -233,7 +233,9 @@ class Wire:
 
     def broker_configs(self, broker_ids: list[int], names: list[str]) -> dict[int, dict[str, str]]:
         """The named settings of every broker, as each broker really runs them (config_filter='all')."""
-        resources = [ConfigResource(ConfigResourceType.BROKER, str(b), configs=dict.fromkeys(names)) for b in broker_ids]
+        resources = [
+            ConfigResource(ConfigResourceType.BROKER, str(b), configs=dict.fromkeys(names)) for b in broker_ids
+        ]
         self.sent["DescribeConfigs"] += len(broker_ids)
         described = self._admin.describe_configs(resources, config_filter="all")
         result: dict[int, dict[str, str]] = {}
@@ -256,7 +258,10 @@ def _list_offsets_request(tps: list[TopicPartition], spec: OffsetSpec, isolation
 
 
 def _read_list_offsets(
-    response: Any, tps: list[TopicPartition], offsets: dict[TopicPartition, int], errors: dict[TopicPartition, str]
+    response: Any,
+    tps: list[TopicPartition],
+    offsets: dict[TopicPartition, int],
+    errors: dict[TopicPartition, str],
 ) -> None:
     if isinstance(response, BaseException):
         for tp in tps:

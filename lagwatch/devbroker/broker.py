@@ -158,8 +158,9 @@ class LocalBroker:
         from kafka import KafkaAdminClient  # the edge of the dev broker only
 
         try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, bootstrap_timeout_ms=3000,
-                                     request_timeout_ms=3000)  # fmt: skip
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap, bootstrap_timeout_ms=3000, request_timeout_ms=3000
+            )
         except Exception:
             return False
         try:

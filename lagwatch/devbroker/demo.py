@@ -56,8 +56,13 @@ class DemoTraffic:
         producer.close()
 
     def _consumer(self, group: str, **options: Any) -> KafkaConsumer:
-        return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group, auto_offset_reset="earliest",
-                             client_id=group, **options)  # fmt: skip
+        return KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            client_id=group,
+            **options,
+        )
 
     def _fast_consumer(self) -> None:
         consumer = self._consumer("demo-fast")

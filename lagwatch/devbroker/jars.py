@@ -66,8 +66,15 @@ def ensure_kafka_jars(version: str = DEFAULT_KAFKA_VERSION, progress: TextIO | N
         shutil.rmtree(libs)
     work.mkdir(parents=True, exist_ok=True)
     (work / "pom.xml").write_text(_render_pom(version))
-    cmd = [mvn, "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-           f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]  # fmt: skip
+    cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(work / "pom.xml"),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs}",
+        "-DincludeScope=runtime",
+    ]
     _say(progress, f"fetching Apache Kafka {version} jars from Maven Central into {libs}")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None

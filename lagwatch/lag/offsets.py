@@ -57,7 +57,9 @@ class GroupLag:
         return sum(1 for p in self.partitions if p.state is state)
 
 
-def partition_lag(committed: int | None, offsets: PartitionOffsets | None, use_last_stable: bool = False) -> tuple[int | None, LagState]:
+def partition_lag(
+    committed: int | None, offsets: PartitionOffsets | None, use_last_stable: bool = False
+) -> tuple[int | None, LagState]:
     """Log end (or last stable offset) minus committed, clamped at 0 so that read races never go negative."""
     if committed is None:
         return None, LagState.NO_COMMIT
@@ -104,7 +106,12 @@ def group_lag(
         if row.lag is not None:
             lags.append(row.lag)
     topics = tuple(
-        TopicLag(topic=t, sum_lag=sum(lags), max_lag=max(lags, default=0), partitions=sum(1 for r in rows if r.topic == t))
+        TopicLag(
+            topic=t,
+            sum_lag=sum(lags),
+            max_lag=max(lags, default=0),
+            partitions=sum(1 for r in rows if r.topic == t),
+        )
         for t, lags in sorted(by_topic.items())
     )
     return GroupLag(group=group, partitions=tuple(rows), topics=topics)

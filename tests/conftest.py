@@ -1,0 +1,58 @@
+"""One real Kafka broker per test session (or LAGWATCH_TEST_BOOTSTRAP), and helpers that make real traffic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lagwatch.devbroker import DEFAULT_KAFKA_VERSION, LocalBroker, ensure_kafka_jars
+
+KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+
+
+@pytest.fixture(scope="session")
+def kafka_libs() -> Path:
+    return ensure_kafka_jars(KAFKA_VERSION)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_libs: Path) -> Iterator[str]:
+    external = os.environ.get("LAGWATCH_TEST_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    with LocalBroker(kafka_version=KAFKA_VERSION) as broker:
+        yield broker.bootstrap
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def run_lagwatch(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lagwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,146 @@
+"""Real topics and consumer groups in each of the states lagwatch must report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from tests.conftest import unique, wait_for
+
+
+@dataclass
+class Scenario:
+    bootstrap: str
+    topics: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)  # role -> group id
+    expected: dict[tuple[str, str, int], int | None] = field(default_factory=dict)  # (group, topic, p) -> committed
+    consumers: list[KafkaConsumer] = field(default_factory=list)
+
+    def close(self) -> None:
+        for c in self.consumers:
+            c.close()
+
+
+def admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    a = admin(bootstrap)
+    try:
+        a.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        a.close()
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.send(topic, f"{topic}-{partition}-{i}".encode(), partition=partition)
+    producer.flush()
+    producer.close()
+
+
+def commit(consumer: KafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+    consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+
+
+def subscribed_consumer(bootstrap: str, group: str, topics: list[str]) -> KafkaConsumer:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id=f"client-{group}",
+    )
+    consumer.subscribe(topics)
+    wait_for(
+        lambda: consumer.poll(100, max_records=1) is not None and consumer.assignment(),
+        what=f"{group} assignment",
+    )
+    return consumer
+
+
+def assigned_consumer(bootstrap: str, group: str, tps: list[TopicPartition]) -> KafkaConsumer:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer.assign(tps)
+    return consumer
+
+
+def build(bootstrap: str) -> Scenario:
+    s = Scenario(bootstrap)
+    orders, payments, audit = unique("orders"), unique("payments"), unique("audit")
+    for topic, n in ((orders, 3), (payments, 2), (audit, 1)):
+        create_topic(bootstrap, topic, n)
+        s.topics[topic] = n
+    produce(bootstrap, orders, {0: 40, 1: 30, 2: 20})
+    produce(bootstrap, payments, {0: 15, 1: 25})
+    produce(bootstrap, audit, {0: 30})
+
+    def orders_p(p: int) -> TopicPartition:
+        return TopicPartition(orders, p)
+
+    def payments_p(p: int) -> TopicPartition:
+        return TopicPartition(payments, p)
+
+    # Active subscribed consumer with lag on two topics; it commits and then only heartbeats.
+    g = s.groups["active"] = unique("active")
+    c = subscribed_consumer(bootstrap, g, [orders, payments])
+    wait_for(lambda: len(c.assignment()) == 5, what="active consumer owning 5 partitions")
+    commit(c, {orders_p(0): 10, orders_p(1): 30, orders_p(2): 5, payments_p(0): 15, payments_p(1): 20})
+    s.consumers.append(c)
+    s.expected.update(
+        {
+            (g, orders, 0): 10,
+            (g, orders, 1): 30,
+            (g, orders, 2): 5,
+            (g, payments, 0): 15,
+            (g, payments, 1): 20,
+        }
+    )
+
+    # Active consumer that has never committed on one of its partitions.
+    g = s.groups["partly_committed"] = unique("partly")
+    c = subscribed_consumer(bootstrap, g, [orders])
+    wait_for(lambda: len(c.assignment()) == 3, what="consumer owning 3 partitions")
+    commit(c, {orders_p(0): 40, orders_p(1): 12})
+    s.consumers.append(c)
+    s.expected.update({(g, orders, 0): 40, (g, orders, 1): 12, (g, orders, 2): None})
+
+    # Stopped consumer: committed, then left. The group is Empty and lags.
+    g = s.groups["stopped"] = unique("stopped")
+    c = subscribed_consumer(bootstrap, g, [payments])
+    commit(c, {payments_p(0): 3, payments_p(1): 4})
+    c.close()
+    s.expected.update({(g, payments, 0): 3, (g, payments, 1): 4})
+
+    # Caught up: committed the log end, then left.
+    g = s.groups["caught_up"] = unique("caughtup")
+    c = subscribed_consumer(bootstrap, g, [orders])
+    commit(c, {orders_p(0): 40, orders_p(1): 30, orders_p(2): 20})
+    c.close()
+    s.expected.update({(g, orders, 0): 40, (g, orders, 1): 30, (g, orders, 2): 20})
+
+    # Simple group: assign() and commit, no group membership at all.
+    g = s.groups["simple"] = unique("simple")
+    c = assigned_consumer(bootstrap, g, [orders_p(2), payments_p(1)])
+    commit(c, {orders_p(2): 7, payments_p(1): 25})
+    c.close()
+    s.expected.update({(g, orders, 2): 7, (g, payments, 1): 25})
+
+    # Committed offset below the log start: the records it would resume from get deleted.
+    g = s.groups["below_start"] = unique("belowstart")
+    c = assigned_consumer(bootstrap, g, [TopicPartition(audit, 0)])
+    commit(c, {TopicPartition(audit, 0): 5})
+    c.close()
+    a = admin(bootstrap)
+    try:
+        a.delete_records({TopicPartition(audit, 0): 20})
+    finally:
+        a.close()
+    s.expected[(g, audit, 0)] = 5
+    return s

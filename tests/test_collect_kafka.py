@@ -1,0 +1,164 @@
+"""The collector against a real broker: figures equal Kafka's own kafka-consumer-groups, requests are batched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lagwatch.collect import ClusterPoller
+from lagwatch.config import ClusterConfig, NameFilter
+from lagwatch.devbroker import run_kafka_tool
+from lagwatch.lag import LagState, group_lag
+from lagwatch.model import GroupKind
+from tests import kafka_scenario
+from tests.conftest import run_lagwatch, unique
+
+pytestmark = pytest.mark.kafka
+CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+@pytest.fixture(scope="module")
+def scenario(bootstrap: str) -> Iterator[kafka_scenario.Scenario]:
+    s = kafka_scenario.build(bootstrap)
+    yield s
+    s.close()
+
+
+def _group_regex(s: kafka_scenario.Scenario) -> str:
+    return "|".join(s.groups.values())
+
+
+def kafka_describe(libs: Path, bootstrap: str, groups: list[str]) -> dict[tuple[str, str, int], tuple[str, str, str]]:
+    """(group, topic, partition) -> (CURRENT-OFFSET, LOG-END-OFFSET, LAG) as kafka-consumer-groups prints them."""
+    args = ["--bootstrap-server", bootstrap, "--describe"]
+    for g in groups:
+        args += ["--group", g]
+    rows = {}
+    for line in run_kafka_tool(libs, CONSUMER_GROUP_COMMAND, *args).splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[0] in groups and fields[2].isdigit():
+            rows[(fields[0], fields[1], int(fields[2]))] = (fields[3], fields[4], fields[5])
+    return rows
+
+
+def test_check_json_equals_kafka_consumer_groups(scenario: kafka_scenario.Scenario, kafka_libs: Path) -> None:
+    done = run_lagwatch(
+        "check",
+        "--bootstrap-server",
+        scenario.bootstrap,
+        "--group",
+        _group_regex(scenario),
+        "--output",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    ours = {(r["group"], r["topic"], r["partition"]): r for r in json.loads(done.stdout)}
+    theirs = kafka_describe(kafka_libs, scenario.bootstrap, list(scenario.groups.values()))
+
+    assert set(ours) == set(theirs) == set(scenario.expected)
+    for key, (current, log_end, lag) in theirs.items():
+        row = ours[key]
+        assert row["committed_offset"] == (None if current == "-" else int(current)), key
+        assert row["log_end_offset"] == int(log_end), key
+        assert row["lag"] == (None if lag == "-" else int(lag)), key
+        assert row["committed_offset"] == scenario.expected[key], key
+        assert row["cluster"] == "default" and row["group_state"] in ("Stable", "Empty")
+
+
+def test_snapshot_states_and_kinds(scenario: kafka_scenario.Scenario) -> None:
+    config = ClusterConfig(bootstrap_servers=[scenario.bootstrap], groups=NameFilter(include=[_group_regex(scenario)]))
+    poller = ClusterPoller("test", config)
+    try:
+        snapshot = poller.poll()
+    finally:
+        poller.close()
+    assert snapshot.ok, snapshot.error
+    groups = {g.group_id: g for g in snapshot.groups}
+    lags = {g.group_id: group_lag(g, snapshot.partitions) for g in snapshot.groups}
+    ids = scenario.groups
+
+    active = groups[ids["active"]]
+    assert (active.state, active.kind, len(active.members)) == ("Stable", GroupKind.CLASSIC, 1)
+    assert lags[ids["active"]].sum_lag == (40 - 10) + 0 + (20 - 5) + 0 + (25 - 20)
+    assert {t.topic: t.sum_lag for t in lags[ids["active"]].topics} == {
+        next(t for t in scenario.topics if t.startswith("orders")): 45,
+        next(t for t in scenario.topics if t.startswith("payments")): 5,
+    }
+    assert lags[ids["active"]].max_lag == 30
+
+    partly = lags[ids["partly_committed"]]
+    uncommitted = [p for p in partly.partitions if p.state is LagState.NO_COMMIT]
+    assert len(uncommitted) == 1 and uncommitted[0].lag is None and uncommitted[0].member_id
+
+    stopped = groups[ids["stopped"]]
+    assert (stopped.state, stopped.kind, stopped.members) == ("Empty", GroupKind.CLASSIC, ())
+    assert lags[ids["stopped"]].sum_lag == (15 - 3) + (25 - 4)
+
+    assert lags[ids["caught_up"]].sum_lag == 0 and lags[ids["caught_up"]].max_lag == 0
+    assert groups[ids["simple"]].kind is GroupKind.SIMPLE and groups[ids["simple"]].protocol_type == ""
+
+    below = lags[ids["below_start"]].partitions[0]
+    assert below.state is LagState.BELOW_LOG_START
+    assert (below.committed, below.log_start, below.log_end, below.lag) == (5, 20, 30, 25)
+
+    assert [b.offsets_retention_minutes for b in snapshot.brokers] == [10080]
+    assert [b.offsets_retention_check_interval_ms for b in snapshot.brokers] == [600000]
+
+
+def _requests_for(bootstrap: str, pattern: str) -> dict[str, int]:
+    poller = ClusterPoller("count", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[pattern])))
+    try:
+        poller.poll()  # first poll also finds coordinators and reads broker settings
+        snapshot = poller.poll()
+    finally:
+        poller.close()
+    assert snapshot.ok, snapshot.error
+    return dict(snapshot.requests)
+
+
+def test_requests_per_poll_do_not_grow_with_groups(bootstrap: str) -> None:
+    topic = unique("many")
+    kafka_scenario.create_topic(bootstrap, topic, 4)
+    kafka_scenario.produce(bootstrap, topic, {p: 5 for p in range(4)})
+    prefix = unique("batch")
+    from kafka import TopicPartition
+
+    for i in range(60):
+        c = kafka_scenario.assigned_consumer(bootstrap, f"{prefix}-{i:03d}", [TopicPartition(topic, i % 4)])
+        kafka_scenario.commit(c, {TopicPartition(topic, i % 4): i % 5})
+        c.close()
+    few = _requests_for(bootstrap, f"{prefix}-00[0-4]")
+    many = _requests_for(bootstrap, f"{prefix}-.*")
+    assert few == many, (few, many)
+    # One broker: one coordinator and one leader.
+    assert many == {"ListGroups": 1, "DescribeGroups": 1, "OffsetFetch": 1, "Metadata": 1, "ListOffsets": 2}
+
+
+def test_topic_filter_and_group_filter(scenario: kafka_scenario.Scenario) -> None:
+    orders = next(t for t in scenario.topics if t.startswith("orders"))
+    config = ClusterConfig(
+        bootstrap_servers=[scenario.bootstrap],
+        groups=NameFilter(include=[_group_regex(scenario)], exclude=[scenario.groups["simple"]]),
+        topics=NameFilter(include=["orders-.*"]),
+    )
+    poller = ClusterPoller("filtered", config)
+    try:
+        snapshot = poller.poll()
+    finally:
+        poller.close()
+    ids = {g.group_id for g in snapshot.groups}
+    assert scenario.groups["simple"] not in ids and scenario.groups["active"] in ids
+    assert {tp.topic for tp in snapshot.partitions} == {orders}
+    assert all(tp.topic == orders for g in snapshot.groups for tp in g.committed)
+
+
+def test_check_table_output(scenario: kafka_scenario.Scenario) -> None:
+    done = run_lagwatch("check", "--bootstrap-server", scenario.bootstrap, "--group", scenario.groups["stopped"])
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:7] == ["GROUP", "STATE", "TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"]
+    assert any(ln.startswith(scenario.groups["stopped"]) and " 12 " in f" {ln} " for ln in lines)
+    assert f"{scenario.groups['stopped']}: classic, Empty, 0 members, total lag 33, max 21" in done.stdout

@@ -1,0 +1,72 @@
+"""`lagwatch dev-broker`: prints its bootstrap address once it accepts requests, stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from lagwatch.collect import ClusterPoller
+from lagwatch.config import ClusterConfig
+from lagwatch.devbroker import LocalBroker, free_port
+from tests import kafka_scenario
+from tests.conftest import unique
+
+pytestmark = pytest.mark.kafka
+
+
+def test_dev_broker_command_serves_and_stops_on_sigterm(kafka_libs: object) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lagwatch",
+            "dev-broker",
+            "--port",
+            str(port),
+            "--set",
+            "offsets.retention.minutes=7",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"bootstrap=127.0.0.1:{port}", proc.stderr.read() if proc.stderr else ""
+        poller = ClusterPoller("dev", ClusterConfig(bootstrap_servers=[f"127.0.0.1:{port}"]))
+        snapshot = poller.poll()
+        poller.close()
+        assert snapshot.ok and [b.offsets_retention_minutes for b in snapshot.brokers] == [7]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.skipif(os.environ.get("LAGWATCH_SKIP_KAFKA3") == "1", reason="LAGWATCH_SKIP_KAFKA3=1")
+def test_kafka_3_9_broker_older_protocols() -> None:
+    """Kafka 3.9 (controller.quorum.voters, reload4j logging, older request versions) works end to end."""
+    with LocalBroker(kafka_version="3.9.2") as broker:
+        topic, group = unique("t39"), unique("g39")
+        kafka_scenario.create_topic(broker.bootstrap, topic, 2)
+        kafka_scenario.produce(broker.bootstrap, topic, {0: 10, 1: 4})
+        from kafka import TopicPartition
+
+        c = kafka_scenario.assigned_consumer(broker.bootstrap, group, [TopicPartition(topic, 0)])
+        kafka_scenario.commit(c, {TopicPartition(topic, 0): 3})
+        c.close()
+        poller = ClusterPoller("k39", ClusterConfig(bootstrap_servers=[broker.bootstrap]))
+        snapshot = poller.poll()
+        poller.close()
+        assert snapshot.ok, snapshot.error
+        (g,) = [g for g in snapshot.groups if g.group_id == group]
+        assert {tp: c.offset for tp, c in g.committed.items()} == {(topic, 0): 3}
+        assert snapshot.partitions[(topic, 0)].log_end == 10
+        assert broker.log_file.exists() and "started" in broker.log_file.read_text()
