@@ -136,8 +136,8 @@ class ClusterPoller:
     def _read_groups(self, wire: Wire, listed: dict[str, ListedGroup]) -> GroupAnswers:
         answers = GroupAnswers()
         pending = sorted(listed)
-        # KIP-848 groups answer GROUP_ID_NOT_FOUND to DescribeGroups; their kind is known from ListGroups.
-        describe = {g for g, info in listed.items() if info.group_type != "consumer"}
+        # KIP-848 groups answer GROUP_ID_NOT_FOUND to DescribeGroups: they are described with ConsumerGroupDescribe.
+        kip848 = {g for g, info in listed.items() if info.group_type == "consumer"}
         for attempt in range(2):  # a moved or loading coordinator gets one more try within the same poll
             unknown = [g for g in pending if g not in self._coordinators]
             found, failed = wire.run(wire.find_coordinators, unknown)
@@ -149,7 +149,7 @@ class ClusterPoller:
                 if g in self._coordinators:
                     by_coordinator.setdefault(self._coordinators[g], []).append(g)
                     answers.errors.pop(g, None)
-            wire.run(wire.read_groups, by_coordinator, describe, answers)
+            wire.run(wire.read_groups, by_coordinator, kip848, answers)
             retry = [
                 g for g, e in answers.errors.items() if isinstance(e, COORDINATOR_ERRORS | Errors.KafkaConnectionError)
             ]
@@ -162,9 +162,6 @@ class ClusterPoller:
                 answers.errors.pop(g, None)
                 answers.described.pop(g, None)
             time.sleep(0.2)
-        for g in list(answers.errors):
-            if g in answers.committed and isinstance(answers.errors[g], Errors.GroupIdNotFoundError):
-                answers.errors.pop(g)  # DescribeGroups of a KIP-848 group: offsets were read, that is enough
         return answers
 
     def _group_snapshot(self, listed: ListedGroup, answers: GroupAnswers) -> GroupSnapshot:

@@ -20,6 +20,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest, Offs
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest
 from lagwatch.model import CommittedOffset, Member, TopicPartition
 
 T = TypeVar("T")
@@ -154,16 +155,21 @@ class Wire:
         return found, failed
 
     async def read_groups(
-        self, by_coordinator: Mapping[int, list[str]], describe: set[str], answers: GroupAnswers
+        self, by_coordinator: Mapping[int, list[str]], kip848: set[str], answers: GroupAnswers
     ) -> None:
-        """DescribeGroups (for the groups in `describe`) and OffsetFetch, one of each per coordinator."""
+        """Per coordinator: one DescribeGroups (classic groups), one ConsumerGroupDescribe (KIP-848 groups, which
+        DescribeGroups does not know), and one OffsetFetch for all of them."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
         for coordinator, group_ids in by_coordinator.items():
-            to_describe = [g for g in group_ids if g in describe]
-            if to_describe:
-                requests.append((coordinator, DescribeGroupsRequest(groups=to_describe)))
-                handlers.append(_describe_handler(to_describe, answers))
+            classic = [g for g in group_ids if g not in kip848]
+            modern = [g for g in group_ids if g in kip848]
+            if classic:
+                requests.append((coordinator, DescribeGroupsRequest(groups=classic)))
+                handlers.append(_describe_handler(classic, answers))
+            if modern:
+                requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=modern)))
+                handlers.append(_consumer_group_describe_handler(modern, answers))
             for chunk, request in self._offset_fetch_requests(group_ids):
                 requests.append((coordinator, request))
                 handlers.append(_offset_fetch_handler(chunk, answers))
@@ -292,6 +298,37 @@ def _describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[
                 state=g.group_state,
                 protocol_type=g.protocol_type or "",
                 members=tuple(_member(m, g.protocol_type) for m in g.members),
+            )
+
+    return handle
+
+
+def _consumer_group_describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
+    def handle(response: Any) -> None:
+        if isinstance(response, BaseException):
+            for g in group_ids:
+                answers.errors.setdefault(g, response)
+            return
+        for g in response.groups:
+            error = Errors.for_code(g.error_code)
+            if error is not Errors.NoError:
+                answers.errors.setdefault(g.group_id, error(g.error_message or ""))
+                continue
+            members = tuple(
+                Member(
+                    member_id=str(m.member_id),
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    assignment=tuple(
+                        TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
+                    ),
+                    subscribed_topics=tuple(m.subscribed_topic_names),
+                )
+                for m in g.members
+            )
+            # KIP-848 states are lower case ("stable"); classic ones capitalised ("Stable"): show them alike.
+            answers.described[g.group_id] = DescribedGroup(
+                state=g.group_state[:1].upper() + g.group_state[1:], protocol_type="consumer", members=members
             )
 
     return handle

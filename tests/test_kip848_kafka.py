@@ -1,0 +1,71 @@
+"""A KIP-848 consumer group (group.protocol=consumer, Kafka 4): kind, state, members and offsets."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lagwatch.collect import ClusterPoller
+from lagwatch.config import ClusterConfig, NameFilter
+from lagwatch.devbroker.jars import java_command, kafka_major
+from lagwatch.model import GroupKind, GroupSnapshot
+from tests import kafka_scenario
+from tests.conftest import KAFKA_VERSION, unique, wait_for
+from tests.test_collect_kafka import kafka_describe
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(kafka_major(KAFKA_VERSION) < 4, reason="KIP-848 groups need Kafka 4"),
+]
+
+
+def test_kip848_group_members_and_offsets(bootstrap: str, kafka_libs: Path) -> None:
+    topic, group = unique("k848"), unique("k848g")
+    kafka_scenario.create_topic(bootstrap, topic, 2)
+    kafka_scenario.produce(bootstrap, topic, {0: 50, 1: 50})
+    consumer = subprocess.Popen(
+        java_command(
+            kafka_libs,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--consumer-property",
+            "group.protocol=consumer",
+            "--consumer-property",
+            "auto.commit.interval.ms=200",
+            "--consumer-property",
+            "client.id=k848-client",
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    poller = ClusterPoller("k848", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[group])))
+    try:
+
+        def consumed_all() -> GroupSnapshot | None:
+            snapshot = poller.poll()
+            g = next((g for g in snapshot.groups if g.group_id == group), None)
+            done = g is not None and g.members and sum(c.offset for c in g.committed.values()) == 100
+            return g if done else None
+
+        g = wait_for(consumed_all, timeout=60, interval=0.5, what="the KIP-848 consumer to commit every record")
+        assert g.kind is GroupKind.CONSUMER and g.state == "Stable" and g.error is None
+        (member,) = g.members
+        assert member.client_id == "k848-client"
+        assert sorted(member.assignment) == [(topic, 0), (topic, 1)]
+        assert member.subscribed_topics == (topic,)
+        theirs = kafka_describe(kafka_libs, bootstrap, [group])
+        assert {(t, p): int(cur) for (_, t, p), (cur, _, _) in theirs.items()} == {
+            tp: c.offset for tp, c in g.committed.items()
+        }
+    finally:
+        consumer.terminate()
+        consumer.wait(30)
+        poller.close()
