@@ -26,3 +26,12 @@ def test_bad_bootstrap_and_regex_are_config_errors() -> None:
     assert done.returncode == 2 and "--bootstrap-server" in done.stderr and "Traceback" not in done.stderr
     done = run_lagwatch("check", "--bootstrap-server", "127.0.0.1:9", "--group", "(")
     assert done.returncode == 2 and "--group: invalid regex" in done.stderr
+
+
+def test_missing_java_says_what_to_install() -> None:
+    done = run_lagwatch("dev-broker", "--fetch-only", env={"PATH": "/nonexistent"})
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip()
+        == "lagwatch: java not found on PATH: install Java 17 (apt-get install openjdk-17-jre-headless)"
+    )

@@ -162,3 +162,33 @@ def test_check_table_output(scenario: kafka_scenario.Scenario) -> None:
     assert lines[1].split()[:7] == ["GROUP", "STATE", "TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"]
     assert any(ln.startswith(scenario.groups["stopped"]) and " 12 " in f" {ln} " for ln in lines)
     assert f"{scenario.groups['stopped']}: classic, Empty, 0 members, total lag 33, max 21" in done.stdout
+
+
+def test_legacy_offset_fetch_one_request_per_group(
+    scenario: kafka_scenario.Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Brokers before 3.0 have no batched OffsetFetch: lagwatch falls back to one per group, same figures."""
+    from kafka.protocol.consumer import OffsetFetchRequest
+
+    from lagwatch.collect import wire
+
+    config = ClusterConfig(bootstrap_servers=[scenario.bootstrap], groups=NameFilter(include=[_group_regex(scenario)]))
+    batched = ClusterPoller("batched", config)
+    expected = batched.poll()
+    batched.close()
+
+    real_api_version = wire.Wire.api_version
+
+    def pretend_old_broker(self: wire.Wire, request_cls: object) -> int:
+        return 7 if request_cls is OffsetFetchRequest else real_api_version(self, request_cls)
+
+    monkeypatch.setattr(wire.Wire, "api_version", pretend_old_broker)
+    monkeypatch.setattr(wire, "LEGACY_OFFSET_FETCH_CONCURRENCY", 4)
+    legacy = ClusterPoller("legacy", config)
+    snapshot = legacy.poll()
+    legacy.close()
+    assert snapshot.ok, snapshot.error
+    assert snapshot.requests["OffsetFetch"] == len(scenario.groups) == 6
+    assert {g.group_id: dict(g.committed) for g in snapshot.groups} == {
+        g.group_id: dict(g.committed) for g in expected.groups
+    }

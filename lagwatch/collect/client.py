@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any
 
@@ -63,10 +64,48 @@ def _load_object(path: str) -> Any:
 def open_admin(name: str, cluster: ClusterConfig) -> Any:
     from kafka import KafkaAdminClient
 
+    recorder = _LoginFailures()
     try:
-        return KafkaAdminClient(**admin_client_options(name, cluster))
+        return KafkaAdminClient(**admin_client_options(name, cluster), kafka_client=recorder.net_client)
     except Exception as e:
-        raise translate(name, e) from None
+        recorder.close()
+        raise translate(name, recorder.last or e) from None
+
+
+class _LoginFailures:
+    """kafka-python retries a rejected login until its bootstrap times out, then reports only the timeout.
+    This keeps the network client it builds, notes every authentication error of its connections, and stops its
+    I/O thread when the admin client never came up."""
+
+    def __init__(self) -> None:
+        self.clients: list[Any] = []
+        self.last: BaseException | None = None
+
+    def net_client(self, **configs: Any) -> Any:
+        from kafka.net.compat import KafkaNetClient
+
+        client = KafkaNetClient(**configs)
+        manager = client._manager
+        get_connection = manager.get_connection
+
+        def watched_get_connection(*args: Any, **kwargs: Any) -> Any:
+            conn = get_connection(*args, **kwargs)
+            conn.init_future.add_errback(self._note)
+            return conn
+
+        manager.get_connection = watched_get_connection
+        self.clients.append(client)
+        return client
+
+    def _note(self, error: BaseException) -> None:
+        if isinstance(error, _AUTH_ERRORS):
+            self.last = error
+
+    def close(self) -> None:
+        for client in self.clients:
+            with contextlib.suppress(Exception):
+                client.close()
+                client._manager._net.stop()
 
 
 def translate(name: str, error: BaseException) -> ClusterError:

@@ -43,6 +43,12 @@ _BASE_SETTINGS = {
 }
 
 
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +66,10 @@ class LocalBroker:
         settings: Mapping[str, str] | None = None,
         heap: str = "512m",
         progress: TextIO | None = sys.stderr,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
+        """`sasl_users` (user -> password) puts the client listener behind SASL/PLAIN; the first user is the
+        broker's own (inter-broker) identity."""
         self.port = port or free_port()
         self.controller_port = free_port()
         self.kafka_version = kafka_version
@@ -69,6 +78,7 @@ class LocalBroker:
         self.settings = dict(settings or {})
         self.heap = heap
         self.progress = progress
+        self.sasl_users = dict(sasl_users or {})
         self.libs: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -80,10 +90,39 @@ class LocalBroker:
     def log_file(self) -> Path:
         return self.data_dir / "broker.log"
 
+    @property
+    def client_options(self) -> dict[str, str]:
+        """kafka-python options to connect as the broker's own (super) user."""
+        if not self.sasl_users:
+            return {"bootstrap_servers": self.bootstrap}
+        user, password = next(iter(self.sasl_users.items()))
+        return {
+            "bootstrap_servers": self.bootstrap,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": user,
+            "sasl_plain_password": password,
+        }
+
     def server_properties(self) -> dict[str, str]:
         props = dict(_BASE_SETTINGS)
-        props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
-        props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+        listener = "SASL_PLAINTEXT" if self.sasl_users else "PLAINTEXT"
+        props["listeners"] = f"{listener}://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        props["advertised.listeners"] = f"{listener}://127.0.0.1:{self.port}"
+        if self.sasl_users:
+            (admin, admin_password), *_ = self.sasl_users.items()
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            props.update(
+                {
+                    "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name": "SASL_PLAINTEXT",
+                    "sasl.enabled.mechanisms": "PLAIN",
+                    "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                        f'{_PLAIN_LOGIN} username="{admin}" password="{admin_password}" {users};'
+                    ),
+                }
+            )
         props["log.dirs"] = str(self.data_dir / "logs")
         if kafka_major(self.kafka_version) >= 4:
             props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{self.controller_port}"
@@ -158,9 +197,7 @@ class LocalBroker:
         from kafka import KafkaAdminClient  # the edge of the dev broker only
 
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap, bootstrap_timeout_ms=3000, request_timeout_ms=3000
-            )
+            admin = KafkaAdminClient(**self.client_options, bootstrap_timeout_ms=3000, request_timeout_ms=3000)
         except Exception:
             return False
         try:
