@@ -88,3 +88,23 @@ class ClusterSnapshot:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem a rule sees in one poll. Findings with the same key across polls are the same alert."""
+
+    rule: str
+    severity: str  # info | warning | critical
+    cluster: str
+    group: str | None  # None: about the cluster as a whole
+    labels: Mapping[str, str]  # cluster, group, topic, plus routing labels (team, slack_channel, ...)
+    summary: str
+    details: Mapping[str, object] = field(default_factory=dict)  # JSON-able figures for notifiers and the API
+    for_s: float = 0.0
+    runbook_url: str | None = None
+
+    @property
+    def key(self) -> str:
+        # Severity is not part of the key: a warning that becomes critical is the same alert, escalated.
+        return self.rule + "|" + "|".join(f"{k}={v}" for k, v in sorted(self.labels.items()))

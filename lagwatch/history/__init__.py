@@ -1,0 +1,23 @@
+"""CORE: what lagwatch has seen over time, and the measures drawn from it (lag in seconds, rates, ETA).
+
+No I/O and no clock reads: time always comes in from the caller (a snapshot's time, or `now`).
+"""
+
+from lagwatch.history.measures import GroupMeasure, LagTime, PartitionMeasure, lag_seconds, measure_group
+from lagwatch.history.store import Clock, ClusterHistory, GroupTrack, PartitionProgress, Sample, Vanished
+from lagwatch.history.timeline import LogEndTimeline
+
+__all__ = [
+    "Clock",
+    "ClusterHistory",
+    "GroupMeasure",
+    "GroupTrack",
+    "LagTime",
+    "LogEndTimeline",
+    "PartitionMeasure",
+    "PartitionProgress",
+    "Sample",
+    "Vanished",
+    "lag_seconds",
+    "measure_group",
+]

@@ -1,0 +1,115 @@
+"""Lag in seconds, production and consumption rates, and the catch-up ETA. Pure functions of history + now."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from lagwatch.history.store import GroupTrack
+from lagwatch.history.timeline import LogEndTimeline
+from lagwatch.lag import GroupLag, PartitionLag
+from lagwatch.model import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class LagTime:
+    """Seconds since the next record to consume was produced. None: unknown (too little history)."""
+
+    seconds: float | None
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeasure:
+    partition: PartitionLag
+    lag_time: LagTime
+    production_rate: float | None  # records/s appended to the partition over the rate window
+    consumption_rate: float | None  # records/s the group's committed offset advanced
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMeasure:
+    lag: GroupLag
+    partitions: tuple[PartitionMeasure, ...]
+    max_lag_seconds: float | None
+    lag_seconds_estimated: bool
+    production_rate: float | None
+    consumption_rate: float | None
+    eta_s: float | None  # time to catch up at current rates; None when not catching up or nothing to catch up
+
+    @property
+    def falling_behind(self) -> bool:
+        if self.lag.sum_lag <= 0 or self.production_rate is None or self.consumption_rate is None:
+            return False
+        return self.consumption_rate < self.production_rate
+
+
+def lag_seconds(timeline: LogEndTimeline | None, committed: int | None, log_end: int | None, now: float) -> LagTime:
+    if committed is None or log_end is None:
+        return LagTime(None)
+    if committed >= log_end:
+        return LagTime(0.0)  # caught up is 0 s, whatever the history
+    if timeline is None:
+        return LagTime(None)
+    produced = timeline.produced_at(committed)
+    if produced is None:
+        return LagTime(None)
+    at, estimated = produced
+    seconds = now - at
+    if not math.isfinite(seconds):
+        return LagTime(None)
+    return LagTime(max(0.0, seconds), estimated)
+
+
+def _consumption_rate(track: GroupTrack | None, tp: TopicPartition, since: float) -> float | None:
+    if track is None or tp not in track.partitions:
+        return None
+    samples = [s for s in track.partitions[tp].window(since) if s.committed is not None]
+    if len(samples) < 2 or samples[-1].t <= samples[0].t:
+        return None
+    first, last = samples[0], samples[-1]
+    assert first.committed is not None and last.committed is not None
+    return max(0.0, (last.committed - first.committed) / (last.t - first.t))
+
+
+def measure_group(
+    lag: GroupLag,
+    track: GroupTrack | None,
+    timelines: Mapping[TopicPartition, LogEndTimeline],
+    now: float,
+    rate_window_s: float,
+) -> GroupMeasure:
+    since = now - rate_window_s
+    measures = []
+    for p in lag.partitions:
+        tp = TopicPartition(p.topic, p.partition)
+        timeline = timelines.get(tp)
+        measures.append(
+            PartitionMeasure(
+                partition=p,
+                lag_time=lag_seconds(timeline, p.committed, p.log_end, now),
+                production_rate=timeline.rate(since) if timeline else None,
+                consumption_rate=_consumption_rate(track, tp, since),
+            )
+        )
+    known = [m.lag_time.seconds for m in measures if m.lag_time.seconds is not None]
+    production = _sum_or_none(m.production_rate for m in measures if m.partition.committed is not None)
+    consumption = _sum_or_none(m.consumption_rate for m in measures if m.partition.committed is not None)
+    eta = None
+    if lag.sum_lag > 0 and production is not None and consumption is not None and consumption > production:
+        eta = lag.sum_lag / (consumption - production)
+    return GroupMeasure(
+        lag=lag,
+        partitions=tuple(measures),
+        max_lag_seconds=max(known) if known else None,
+        lag_seconds_estimated=any(m.lag_time.estimated for m in measures),
+        production_rate=production,
+        consumption_rate=consumption,
+        eta_s=eta,
+    )
+
+
+def _sum_or_none(values: Iterable[float | None]) -> float | None:
+    items = [v for v in values if v is not None]
+    return sum(items) if items else None

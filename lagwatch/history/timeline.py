@@ -1,0 +1,90 @@
+"""A partition's log-end offset over time, bounded in size, answering "when was offset X produced?"."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+# Enough points to interpolate well across hours of history while bounding memory per partition.
+DEFAULT_CAPACITY = 48
+
+
+@dataclass
+class LogEndTimeline:
+    """Points (time, log end) in time order; the log end never decreases along it.
+
+    When full, the interior point whose neighbours are closest in time is dropped: recent history stays dense,
+    older history thins out but keeps its reach, so lag in seconds stays answerable for old committed offsets.
+    """
+
+    capacity: int = DEFAULT_CAPACITY
+    times: list[float] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def add(self, t: float, log_end: int) -> None:
+        if self.times and t <= self.times[-1]:
+            return  # out-of-order or repeated sample
+        if self.ends and log_end < self.ends[-1]:
+            # The log was truncated or recreated (topic deleted and created again): history no longer applies.
+            self.times.clear()
+            self.ends.clear()
+        if len(self.ends) >= 2 and self.ends[-1] == log_end == self.ends[-2]:
+            self.times[-1] = t  # a flat stretch needs only its first and last point
+        else:
+            self.times.append(t)
+            self.ends.append(log_end)
+        if len(self.times) > self.capacity:
+            self._thin()
+
+    def _thin(self) -> None:
+        best = min(range(1, len(self.times) - 1), key=lambda i: self.times[i + 1] - self.times[i - 1])
+        del self.times[best]
+        del self.ends[best]
+
+    @property
+    def span_s(self) -> float:
+        return self.times[-1] - self.times[0] if self.times else 0.0
+
+    def produced_at(self, offset: int) -> tuple[float, bool] | None:
+        """When the record at `offset` was appended: (time, estimated). None when history cannot tell.
+
+        Interpolates between the last point whose log end was <= offset and the next one. Before the first
+        point, extrapolates back at the timeline's average production rate, capped at the timeline's own span,
+        and marks the answer estimated.
+        """
+        if not self.times:
+            return None
+        i = bisect_right(self.ends, offset)  # first point whose log end > offset: the record existed by then
+        if i >= len(self.ends):
+            return None  # not produced yet as far as history knows (the caller has lag 0 then)
+        if i > 0:
+            t0, e0, t1, e1 = self.times[i - 1], self.ends[i - 1], self.times[i], self.ends[i]
+            fraction = (offset - e0 + 1) / (e1 - e0) if e1 > e0 else 1.0
+            return t0 + min(max(fraction, 0.0), 1.0) * (t1 - t0), False
+        # Older than all history: the record was produced before the first point.
+        if len(self.times) < 2:
+            return None  # one point says nothing about how fast the log grows
+        first_t, first_end = self.times[0], self.ends[0]
+        rate = (self.ends[-1] - first_end) / self.span_s if self.span_s > 0 else 0.0
+        if rate <= 0:
+            return first_t, True
+        back = min((first_end - offset) / rate, self.span_s)
+        return first_t - back, True
+
+    def rate(self, since: float) -> float | None:
+        """Records appended per second from `since` to the latest point; None with less than two points."""
+        if len(self.times) < 2 or self.times[-1] <= since:
+            return None
+        start = max(0, bisect_right(self.times, since) - 1)
+        dt = self.times[-1] - self.times[start]
+        return (self.ends[-1] - self.ends[start]) / dt if dt > 0 else None
+
+    def to_json(self) -> list[list[float]]:
+        return [[t, e] for t, e in zip(self.times, self.ends, strict=True)]
+
+    @classmethod
+    def from_json(cls, points: list[list[float]], capacity: int = DEFAULT_CAPACITY) -> LogEndTimeline:
+        timeline = cls(capacity)
+        for t, e in points:
+            timeline.add(float(t), int(e))
+        return timeline

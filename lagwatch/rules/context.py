@@ -1,0 +1,55 @@
+"""What a rule gets to look at for one group: the poll, the history, the measures, the rules in force, `now`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
+from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot
+from lagwatch.rules.settings import RuleResolver, RuleSet
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    snapshot: ClusterSnapshot
+    history: ClusterHistory
+    group: GroupSnapshot
+    measure: GroupMeasure
+    track: GroupTrack | None
+    resolver: RuleResolver
+    now: float
+    active: Mapping[str, str]  # key -> severity of alerts currently pending or firing
+
+    @property
+    def cluster(self) -> str:
+        return self.snapshot.cluster
+
+    def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
+        return self.resolver.resolve(self.cluster, self.group.group_id, topic)
+
+    def finding(
+        self,
+        rule: str,
+        severity: str,
+        summary: str,
+        topic: str | None = None,
+        details: Mapping[str, object] | None = None,
+        for_s: float = 0.0,
+        runbook_url: str | None = None,
+    ) -> Finding:
+        _, route = self.rules(topic)
+        labels = {**route, "cluster": self.cluster, "group": self.group.group_id}
+        if topic is not None:
+            labels["topic"] = topic
+        return Finding(
+            rule=rule,
+            severity=severity,
+            cluster=self.cluster,
+            group=self.group.group_id,
+            labels=labels,
+            summary=summary,
+            details=dict(details or {}),
+            for_s=for_s,
+            runbook_url=runbook_url,
+        )

@@ -1,0 +1,94 @@
+"""The rules engine: snapshot + history + rules + the alerts already active -> findings. Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from lagwatch.history import ClusterHistory, GroupMeasure, measure_group
+from lagwatch.lag import group_lag
+from lagwatch.model import ClusterSnapshot, Finding
+from lagwatch.rules import expiry, progress, thresholds
+from lagwatch.rules.context import GroupContext
+from lagwatch.rules.settings import RuleResolver
+
+GROUP_RULES: tuple[Callable[[GroupContext], Iterator[Finding]], ...] = (
+    thresholds.lag_over_threshold,
+    thresholds.below_log_start,
+    progress.stalled,
+    progress.stopped,
+    progress.falling_behind,
+    progress.rewind,
+    expiry.offsets_expiring,
+)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    cluster: str
+    now: float
+    findings: tuple[Finding, ...]
+    # Groups whose alerts must neither fire nor resolve this time (nothing reliable was read); None: all of them.
+    frozen_groups: frozenset[str] | None
+    measures: Mapping[str, GroupMeasure] = field(default_factory=dict)
+
+
+def evaluate(
+    snapshot: ClusterSnapshot,
+    history: ClusterHistory,
+    resolver: RuleResolver,
+    active: Mapping[str, str],
+    use_last_stable: bool = False,
+) -> Evaluation:
+    """`history` must already hold `snapshot` (ClusterHistory.observe)."""
+    now = snapshot.taken_at
+    cluster_rules, route = resolver.resolve(snapshot.cluster)
+    if not snapshot.ok:
+        findings: list[Finding] = []
+        if cluster_rules.cluster_unreachable.enabled:
+            findings.append(
+                Finding(
+                    rule="cluster_unreachable",
+                    severity=cluster_rules.cluster_unreachable.severity,
+                    cluster=snapshot.cluster,
+                    group=None,
+                    labels={**route, "cluster": snapshot.cluster},
+                    summary=f"cluster {snapshot.cluster} cannot be polled ({snapshot.error_kind}): {snapshot.error}. "
+                    "Lag, stop and expiry rules are suspended until it answers again",
+                    details={"error_kind": snapshot.error_kind, "error": snapshot.error},
+                    for_s=cluster_rules.cluster_unreachable.for_s,
+                    runbook_url=cluster_rules.cluster_unreachable.runbook_url,
+                )
+            )
+        return Evaluation(snapshot.cluster, now, tuple(findings), frozen_groups=None)
+
+    findings = []
+    frozen: set[str] = set()
+    measures: dict[str, GroupMeasure] = {}
+    for group in snapshot.groups:
+        rules, _ = resolver.resolve(snapshot.cluster, group.group_id)
+        if group.error is not None:
+            frozen.add(group.group_id)
+            if rules.group_unreadable.enabled:
+                findings.append(
+                    Finding(
+                        rule="group_unreadable",
+                        severity=rules.group_unreadable.severity,
+                        cluster=snapshot.cluster,
+                        group=group.group_id,
+                        labels={**route, "cluster": snapshot.cluster, "group": group.group_id},
+                        summary=f"group {group.group_id} could not be read: {group.error}",
+                        details={"error": group.error},
+                        for_s=rules.group_unreadable.for_s,
+                    )
+                )
+            continue
+        lag = group_lag(group, snapshot.partitions, use_last_stable)
+        track = history.groups.get(group.group_id)
+        measure = measure_group(lag, track, history.timelines, now, rules.rate_window_s)
+        measures[group.group_id] = measure
+        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active)
+        for rule in GROUP_RULES:
+            findings.extend(rule(ctx))
+    findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
+    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), measures)

@@ -1,0 +1,207 @@
+"""Committed offsets about to expire under offsets.retention.minutes, and offsets that vanished.
+
+When offsets can expire depends on the group's kind (Kafka 2.1+ / KIP-211, KIP-848 coordinator):
+  classic, Empty            every offset, counted from the moment the group became Empty
+  classic, Stable           offsets of topics no member subscribes to, from each partition's last commit
+  classic, rebalancing      nothing
+  simple (assign + commit)  every offset, from each partition's last commit
+  KIP-848 consumer group    offsets of topics no member subscribes to (all, once members leave), from last commit
+  other protocols           nothing
+A clock lagwatch did not see start is taken at its earliest possible time: warn early, never late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lagwatch.history import Clock, ClusterHistory
+from lagwatch.model import ClusterSnapshot, Finding, GroupKind, TopicPartition
+from lagwatch.rules.context import GroupContext
+from lagwatch.rules.settings import RuleResolver
+from lagwatch.rules.text import duration, partitions, timestamp
+
+KAFKA_DEFAULT_RETENTION_MINUTES = 10080
+KAFKA_DEFAULT_CHECK_INTERVAL_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Retention:
+    seconds: float
+    check_interval_s: float
+    source: str
+
+
+def retention_for(snapshot: ClusterSnapshot, coordinator: int | None, override_minutes: int | None) -> Retention:
+    brokers = [b for b in snapshot.brokers if b.offsets_retention_minutes]
+    check_ms = next(
+        (b.offsets_retention_check_interval_ms for b in brokers if b.broker_id == coordinator), None
+    ) or min(
+        (b.offsets_retention_check_interval_ms or KAFKA_DEFAULT_CHECK_INTERVAL_MS for b in brokers),
+        default=KAFKA_DEFAULT_CHECK_INTERVAL_MS,
+    )
+    if override_minutes is not None:
+        return Retention(
+            override_minutes * 60.0, check_ms / 1000, f"offsets.retention.minutes={override_minutes} (configured)"
+        )
+    own = next((b for b in brokers if b.broker_id == coordinator), None)
+    if own is not None and own.offsets_retention_minutes:
+        minutes = own.offsets_retention_minutes
+        return Retention(
+            minutes * 60.0, check_ms / 1000, f"offsets.retention.minutes={minutes} on broker {own.broker_id}"
+        )
+    if brokers:
+        # Coordinator unknown: the shortest retention any broker runs with.
+        b = min(brokers, key=lambda b: b.offsets_retention_minutes or 0)
+        minutes = b.offsets_retention_minutes or KAFKA_DEFAULT_RETENTION_MINUTES
+        return Retention(
+            minutes * 60.0, check_ms / 1000, f"offsets.retention.minutes={minutes} (shortest of the brokers)"
+        )
+    return Retention(
+        KAFKA_DEFAULT_RETENTION_MINUTES * 60.0,
+        check_ms / 1000,
+        f"offsets.retention.minutes={KAFKA_DEFAULT_RETENTION_MINUTES} (Kafka's default; the brokers did not say)",
+    )
+
+
+def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], str]:
+    """The committed partitions that can expire now, each with the clock its expiry counts from."""
+    g, track = ctx.group, ctx.track
+    if track is None or not g.committed:
+        return [], ""
+
+    def last_commit(tps: list[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
+        clocks = [(tp, track.partitions[tp].last_commit_change if tp in track.partitions else None) for tp in tps]
+        return [(tp, clock) for tp, clock in clocks if clock is not None]
+
+    committed = sorted(g.committed)
+    subscribed = {t for m in g.members for t in m.subscribed_topics}
+    if g.kind is GroupKind.CLASSIC and g.state == "Empty":
+        if track.empty_since is None:
+            return [], ""
+        return [(tp, track.empty_since) for tp in committed], "the group became Empty"
+    if (
+        g.kind is GroupKind.CLASSIC
+        and g.state == "Stable"
+        and g.members
+        and all(m.subscribed_topics for m in g.members)
+    ):
+        return last_commit(
+            [tp for tp in committed if tp.topic not in subscribed]
+        ), "the last commit (topic not subscribed)"
+    if g.kind is GroupKind.SIMPLE:
+        return last_commit(committed), "the last commit"
+    if g.kind is GroupKind.CONSUMER:
+        return last_commit(
+            [tp for tp in committed if tp.topic not in subscribed]
+        ), "the last commit (topic not subscribed)"
+    return [], ""
+
+
+def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
+    rules, _ = ctx.rules()
+    if not rules.expiry.enabled:
+        return
+    candidates, counted_from = _candidates(ctx)
+    if not candidates:
+        return
+    retention = retention_for(ctx.snapshot, ctx.group.coordinator_id, rules.expiry.retention_minutes)
+    rows = []
+    for tp, clock in candidates:
+        start = clock.since if clock.observed else clock.since - retention.seconds
+        rows.append((start + retention.seconds, tp, clock))
+    rows.sort()
+    expires_at = rows[0][0]
+    fraction = (ctx.now - (expires_at - retention.seconds)) / retention.seconds
+    if fraction >= rules.expiry.critical_fraction:
+        severity = "critical"
+    elif fraction >= rules.expiry.warning_fraction:
+        severity = "warning"
+    else:
+        return
+    due = [
+        tp
+        for at, tp, _ in rows
+        if (ctx.now - (at - retention.seconds)) / retention.seconds >= rules.expiry.warning_fraction
+    ]
+    lags = {(p.topic, p.partition): p for p in ctx.measure.lag.partitions}
+    skipped = sum(lags[tp].lag or 0 for tp in due if tp in lags)
+    replay = sum(
+        (lags[tp].log_end or 0) - (lags[tp].log_start or 0)
+        for tp in due
+        if tp in lags and lags[tp].log_end is not None and lags[tp].log_start is not None
+    )
+    observed = all(c.observed for _, tp, c in rows if tp in due)
+    if observed:
+        when = f"expire at {timestamp(expires_at)} (in {duration(expires_at - ctx.now)}; deletion runs up to {duration(retention.check_interval_s)} later)"
+    else:
+        latest = max(c.since for _, tp, c in rows if tp in due) + retention.seconds
+        when = (
+            f"may expire at any moment: lagwatch has not seen when {counted_from.split(' (')[0].removeprefix('the ')} happened, "
+            f"so it assumes the earliest possible time (they expire by {timestamp(latest)} at the latest)"
+        )
+    yield ctx.finding(
+        "expiry",
+        severity,
+        f"committed offsets of {ctx.group.group_id} on {partitions([(tp.topic, tp.partition) for tp in due])} {when}, "
+        f"counted from {counted_from} under {retention.source}. After that a restarted consumer falls back to "
+        f"auto.offset.reset: 'latest' skips {skipped} unconsumed records, 'earliest' replays {replay}",
+        details={
+            "expires_at": expires_at,
+            "observed": observed,
+            "fraction": round(fraction, 4),
+            "retention_s": retention.seconds,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in due],
+            "skipped_if_latest": skipped,
+            "replayed_if_earliest": replay,
+        },
+        for_s=rules.expiry.for_s,
+        runbook_url=rules.expiry.runbook_url,
+    )
+
+
+def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolver: RuleResolver) -> Iterator[Finding]:
+    """Offsets that had been committed and are gone: expired (or deleted). Reported while history remembers them."""
+    current = {g.group_id: g for g in snapshot.groups}
+    for group_id, track in sorted(history.groups.items()):
+        vanished = track.vanished
+        if vanished is None:
+            continue
+        group = current.get(group_id)
+        if group is not None and group.error is not None:
+            continue
+        still_gone = {tp: o for tp, o in vanished.offsets.items() if group is None or tp not in group.committed}
+        if not still_gone:
+            continue
+        rules, route = resolver.resolve(snapshot.cluster, group_id)
+        if not rules.expired.enabled:
+            continue
+        where = partitions([(tp.topic, tp.partition) for tp in sorted(still_gone)])
+        retention = retention_for(snapshot, None, rules.expiry.retention_minutes)
+        cause = "expired"
+        if vanished.group_gone and track.empty_since and track.empty_since.observed:
+            due = track.empty_since.since + retention.seconds
+            if vanished.at < due - 60:
+                cause = "deleted (the group was deleted before its offsets could expire)"
+        elif not vanished.group_gone:
+            cause = "expired or were deleted"
+        state = "the group is gone" if vanished.group_gone else "the group still exists"
+        yield Finding(
+            rule="expired",
+            severity=rules.expired.severity,
+            cluster=snapshot.cluster,
+            group=group_id,
+            labels={**route, "cluster": snapshot.cluster, "group": group_id},
+            summary=f"committed offsets of {group_id} on {where} {cause} at {timestamp(vanished.at)} ({state}): a restarted "
+            f"consumer will fall back to auto.offset.reset",
+            details={
+                "vanished_at": vanished.at,
+                "group_gone": vanished.group_gone,
+                "partitions": [
+                    {"topic": tp.topic, "partition": tp.partition, "last_committed": o}
+                    for tp, o in sorted(still_gone.items())
+                ],
+            },
+            for_s=rules.expired.for_s,
+            runbook_url=rules.expired.runbook_url,
+        )

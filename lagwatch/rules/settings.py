@@ -1,0 +1,175 @@
+"""Rule thresholds: global defaults, overridden per cluster / group / topic regex, with routing labels."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Severity = Literal["info", "warning", "critical"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Threshold(_Strict):
+    """Lag over either figure crosses the threshold; an unset figure is not checked."""
+
+    offsets: int | None = Field(default=None, gt=0)
+    seconds: float | None = Field(default=None, gt=0)
+
+
+class RuleCommon(_Strict):
+    enabled: bool = True
+    for_s: float = Field(default=0.0, ge=0, description="the condition must hold this long before the alert fires")
+    runbook_url: str | None = None
+
+
+class LagRule(RuleCommon):
+    warning: Threshold = Threshold(seconds=300)
+    critical: Threshold = Threshold(seconds=1800)
+    for_s: float = Field(default=120.0, ge=0)
+    # Hysteresis: an alert that fired resolves only once lag drops below this fraction of its threshold.
+    resolve_ratio: float = Field(default=0.8, gt=0, le=1)
+
+
+class WindowRule(RuleCommon):
+    severity: Severity = "warning"
+    window_s: float = Field(default=300.0, gt=0)
+
+
+class StalledRule(WindowRule):
+    severity: Severity = "critical"
+
+
+class StoppedRule(WindowRule):
+    severity: Severity = "critical"
+    window_s: float = Field(default=120.0, gt=0)
+
+
+class FallingBehindRule(WindowRule):
+    window_s: float = Field(default=600.0, gt=0)
+
+
+class RewindRule(WindowRule):
+    """A finding that stays `window_s` after the committed offset moved backwards."""
+
+    window_s: float = Field(default=900.0, gt=0)
+
+
+class ExpiryRule(RuleCommon):
+    warning_fraction: float = Field(default=0.75, gt=0, lt=1)
+    critical_fraction: float = Field(default=0.9, gt=0, le=1)
+    # Overrides offsets.retention.minutes as read from the brokers.
+    retention_minutes: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ExpiryRule:
+        if self.critical_fraction < self.warning_fraction:
+            raise ValueError("critical_fraction must not be below warning_fraction")
+        return self
+
+
+class SimpleRule(RuleCommon):
+    severity: Severity = "critical"
+
+
+class ClusterRule(RuleCommon):
+    severity: Severity = "critical"
+    for_s: float = Field(default=60.0, ge=0)
+
+
+class RuleSet(_Strict):
+    lag: LagRule = LagRule()
+    stalled: StalledRule = StalledRule()
+    stopped: StoppedRule = StoppedRule()
+    falling_behind: FallingBehindRule = FallingBehindRule()
+    rewind: RewindRule = RewindRule()
+    expiry: ExpiryRule = ExpiryRule()
+    expired: SimpleRule = SimpleRule()
+    below_log_start: SimpleRule = SimpleRule()
+    cluster_unreachable: ClusterRule = ClusterRule()
+    group_unreadable: ClusterRule = ClusterRule(severity="warning", for_s=300)
+    # Rates and ETA are measured over this window.
+    rate_window_s: float = Field(default=600.0, gt=0)
+
+
+class Match(_Strict):
+    cluster: str = ".*"
+    group: str = ".*"
+    topic: str = ".*"
+
+    @model_validator(mode="after")
+    def _compiles(self) -> Match:
+        for name in ("cluster", "group", "topic"):
+            try:
+                re.compile(getattr(self, name))
+            except re.error as e:
+                raise ValueError(f"{name}: invalid regex: {e}") from None
+        return self
+
+    def matches(self, cluster: str, group: str | None, topic: str | None) -> bool:
+        return (
+            re.fullmatch(self.cluster, cluster) is not None
+            and (group is None or re.fullmatch(self.group, group) is not None)
+            and (topic is None or re.fullmatch(self.topic, topic) is not None)
+        )
+
+
+class Override(_Strict):
+    match: Match = Match()
+    rules: dict[str, Any] = Field(default_factory=dict)  # partial RuleSet, merged over the defaults
+    labels: dict[str, str] = Field(default_factory=dict)  # routing labels, e.g. team, slack_channel
+
+
+class RulesConfig(RuleSet):
+    labels: dict[str, str] = Field(default_factory=dict)  # added to every finding
+    overrides: list[Override] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _overrides_valid(self) -> RulesConfig:
+        for i, override in enumerate(self.overrides):
+            try:
+                RuleSet.model_validate(_merge(self.base(), override.rules))
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"overrides.{i}.rules.{where}: {err['msg']}") from None
+        return self
+
+    def base(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"labels", "overrides"})
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class RuleResolver:
+    """The rules in force for one (cluster, group, topic), computed once per combination."""
+
+    def __init__(self, config: RulesConfig) -> None:
+        self.config = config
+        self._cache: dict[tuple[str, str | None, str | None], tuple[RuleSet, dict[str, str]]] = {}
+
+    def resolve(
+        self, cluster: str, group: str | None = None, topic: str | None = None
+    ) -> tuple[RuleSet, dict[str, str]]:
+        key = (cluster, group, topic)
+        if key not in self._cache:
+            merged = self.config.base()
+            labels = dict(self.config.labels)
+            for override in self.config.overrides:
+                if override.match.matches(cluster, group, topic):
+                    merged = _merge(merged, override.rules)
+                    labels.update(override.labels)
+            self._cache[key] = (RuleSet.model_validate(merged), labels)
+        return self._cache[key]

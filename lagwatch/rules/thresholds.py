@@ -1,0 +1,98 @@
+"""Rules on figures of one poll: lag over thresholds (with hysteresis), committed offsets below the log start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from lagwatch.lag import LagState
+from lagwatch.model import Finding
+from lagwatch.rules.context import GroupContext
+from lagwatch.rules.settings import LagRule, Threshold
+from lagwatch.rules.text import duration, partitions
+
+_RANK = {"warning": 1, "critical": 2}
+
+
+def _over(threshold: Threshold, offsets: int, seconds: float | None, ratio: float) -> bool:
+    if threshold.offsets is not None and offsets >= threshold.offsets * ratio:
+        return True
+    return threshold.seconds is not None and seconds is not None and seconds >= threshold.seconds * ratio
+
+
+def lag_severity(rule: LagRule, offsets: int, seconds: float | None, active: str | None) -> str | None:
+    """Severity now, given the severity the alert already has (None if not active). Crossing a level needs the
+    full threshold; staying at a level needs only `resolve_ratio` of it, so lag hovering at a threshold does not flap."""
+    held = _RANK.get(active or "", 0)
+    for level in ("critical", "warning"):
+        ratio = rule.resolve_ratio if held >= _RANK[level] else 1.0
+        if _over(getattr(rule, level), offsets, seconds, ratio):
+            return level
+    return None
+
+
+def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
+    for topic in ctx.measure.lag.topics:
+        rules, _ = ctx.rules(topic.topic)
+        if not rules.lag.enabled:
+            continue
+        rows = [m for m in ctx.measure.partitions if m.partition.topic == topic.topic]
+        seconds = [m.lag_time.seconds for m in rows if m.lag_time.seconds is not None]
+        max_seconds = max(seconds) if seconds else None
+        probe = ctx.finding("lag", "warning", "", topic=topic.topic)
+        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active.get(probe.key))
+        if severity is None:
+            continue
+        worst = sorted(rows, key=lambda m: -(m.partition.lag or 0))[:5]
+        eta = ctx.measure.eta_s
+        progress = (
+            f"catching up in about {duration(eta)}"
+            if eta is not None
+            else ("falling behind" if ctx.measure.falling_behind else "no catch-up estimate yet")
+        )
+        lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
+        if max_seconds is not None and any(m.lag_time.estimated for m in rows):
+            lag_time += " (estimated)"
+        yield ctx.finding(
+            "lag",
+            severity,
+            f"{ctx.group.group_id} lags {topic.sum_lag} records on {topic.topic}{lag_time}; {progress}",
+            topic=topic.topic,
+            details={
+                "lag": topic.sum_lag,
+                "max_lag": topic.max_lag,
+                "lag_seconds": max_seconds,
+                "eta_s": eta,
+                "falling_behind": ctx.measure.falling_behind,
+                "worst_partitions": [
+                    {"partition": m.partition.partition, "lag": m.partition.lag, "lag_seconds": m.lag_time.seconds}
+                    for m in worst
+                ],
+            },
+            for_s=rules.lag.for_s,
+            runbook_url=rules.lag.runbook_url,
+        )
+
+
+def below_log_start(ctx: GroupContext) -> Iterator[Finding]:
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for p in ctx.measure.lag.partitions:
+        if p.state is LagState.BELOW_LOG_START and p.committed is not None and p.log_start is not None:
+            by_topic.setdefault(p.topic, []).append((p.partition, p.committed, p.log_start))
+    for topic, rows in sorted(by_topic.items()):
+        rules, _ = ctx.rules(topic)
+        if not rules.below_log_start.enabled:
+            continue
+        lost = sum(start - committed for _, committed, start in rows)
+        yield ctx.finding(
+            "below_log_start",
+            rules.below_log_start.severity,
+            f"{ctx.group.group_id} would resume on {partitions([(topic, p) for p, _, _ in rows])} from offsets "
+            f"already deleted: {lost} records were never consumed and are gone",
+            topic=topic,
+            details={
+                "partitions": [{"partition": p, "committed": c, "log_start": s} for p, c, s in rows],
+                "lost": lost,
+            },
+            for_s=rules.below_log_start.for_s,
+            runbook_url=rules.below_log_start.runbook_url,
+        )
