@@ -8,8 +8,10 @@ import re
 import signal
 import sys
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from lagwatch import __version__
 from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
@@ -19,7 +21,7 @@ from lagwatch.errors import ConfigError, LagwatchError
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    _quiet_kafka_logging(getattr(args, "log_level", "WARNING"))
+    _quiet_kafka_logging("WARNING")
     try:
         return int(args.func(args))
     except ConfigError as e:
@@ -41,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="watch the configured clusters; without any, a local Kafka with demo traffic")
     run.add_argument("--config", type=Path, help="YAML configuration file")
     run.add_argument("--interval", type=float, default=None, help="seconds between polls (overrides config)")
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-format", default=None, choices=["auto", "json", "text"])
+    run.add_argument("--table", action="store_true", help="also print the lag table after every poll")
     run.set_defaults(func=_cmd_run)
 
     check = sub.add_parser("check", help="poll once and print consumer lag")
@@ -182,12 +186,38 @@ def _on_signals(stop: threading.Event) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from lagwatch.daemon import run_watch
+    from lagwatch import logs
+    from lagwatch.daemon import Daemon
 
     settings: Settings = load_settings(args.config) if args.config else load_settings()
+    logs.configure(args.log_level or settings.log_level, args.log_format or settings.log_format)
     stop = threading.Event()
     _on_signals(stop)
-    return run_watch(settings, stop, interval=args.interval)
+    with ExitStack() as cleanup:
+        if not settings.clusters:
+            from lagwatch.devbroker.demo import start_demo
+
+            settings = start_demo(settings, cleanup)
+        if args.interval:
+            clusters = {
+                n: c.model_copy(update={"poll_interval_s": args.interval}) for n, c in settings.clusters.items()
+            }
+            settings = settings.model_copy(update={"clusters": clusters})
+        daemon = Daemon(settings).start()
+        if args.table:
+            daemon.on_poll.append(_print_table)
+        try:
+            stop.wait()
+        finally:
+            daemon.stop()
+    return 0
+
+
+def _print_table(runtime: Any) -> None:
+    from lagwatch.check import lags_of, render_table
+
+    if runtime.latest is not None and runtime.latest.ok:
+        print(render_table(runtime.latest, lags_of(runtime.latest, runtime.config.read_committed)) + "\n", flush=True)
 
 
 if __name__ == "__main__":

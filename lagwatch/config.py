@@ -29,7 +29,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
+from lagwatch.rules.settings import RulesConfig
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -144,6 +146,14 @@ class ClusterConfig(_Strict):
         return servers
 
 
+class LogNotifierConfig(_Strict):
+    enabled: bool = True
+
+
+class NotifiersConfig(_Strict):
+    log: LogNotifierConfig = Field(default_factory=LogNotifierConfig)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAGWATCH_",
@@ -154,8 +164,14 @@ class Settings(BaseSettings):
     )
 
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
+    rules: RulesConfig = Field(default_factory=RulesConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    notifiers: NotifiersConfig = Field(default_factory=lambda: NotifiersConfig())
     state_dir: Path = Path("state")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "text"] = "auto"
+    # History is written at most this often (and at shutdown); alert state on every change.
+    history_save_interval_s: float = Field(default=60.0, ge=0)
 
     @field_validator("clusters")
     @classmethod

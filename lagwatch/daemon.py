@@ -1,55 +1,221 @@
-"""Wiring: polls every cluster on its interval and reports what it sees.
+"""Wiring: the one module that knows every stage.
 
-For now this prints the lag table each poll; the scheduler, rules and alerts plug in here.
+Each cluster has its own APScheduler job on its own worker thread:
+    collect (poll) -> history.observe -> rules.evaluate -> alerts.apply/due -> outbox -> (dispatcher thread) notify
+A slow cluster delays only itself; notifiers run on their own thread. State is saved atomically after every
+change of alerts or outbox, and history every `history_save_interval_s` and at shutdown.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
-from contextlib import ExitStack
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from lagwatch.check import lags_of, render_table
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from lagwatch.alerts import AlertBook
 from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, Settings
+from lagwatch.history import ClusterHistory
+from lagwatch.model import ClusterSnapshot
+from lagwatch.notify import Dispatcher, LogNotifier, Notifier, Outbox
+from lagwatch.rules import Evaluation, RuleResolver, evaluate
+from lagwatch.state import StateStore
 
-DEMO_INTERVAL_S = 10.0
-
-
-def run_watch(settings: Settings, stop: threading.Event, interval: float | None = None) -> int:
-    with ExitStack() as cleanup:
-        clusters = dict(settings.clusters)
-        if not clusters:
-            clusters = {"local": _embedded_default(cleanup)}
-            interval = interval or DEMO_INTERVAL_S
-        pollers = {name: ClusterPoller(name, c) for name, c in clusters.items()}
-        for poller in pollers.values():
-            cleanup.callback(poller.close)
-        wait = interval or min(c.poll_interval_s for c in clusters.values())
-        while not stop.is_set():
-            for name, poller in pollers.items():
-                snapshot = poller.poll()
-                if snapshot.ok:
-                    print(render_table(snapshot, lags_of(snapshot, clusters[name].read_committed)), flush=True)
-                else:
-                    print(
-                        f"cluster {name}: {snapshot.error_kind}: {snapshot.error}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            print(flush=True)
-            stop.wait(wait)
-    return 0
+log = logging.getLogger("lagwatch.daemon")
+TICK_S = 5.0  # how often alert groups are checked for due notifications between polls
 
 
-def _embedded_default(cleanup: ExitStack) -> ClusterConfig:
-    """No cluster configured: a local Apache Kafka with demo traffic, so there is something to watch."""
-    from lagwatch.devbroker import LocalBroker
-    from lagwatch.devbroker.demo import DemoTraffic
+@dataclass
+class ClusterRuntime:
+    name: str
+    config: ClusterConfig
+    poller: Any  # ClusterPoller, or anything with poll() -> ClusterSnapshot and close()
+    history: ClusterHistory
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latest: ClusterSnapshot | None = None
+    evaluation: Evaluation | None = None
+    last_success: float | None = None
+    polls: int = 0
+    failed_polls: int = 0
+    skipped_polls: int = 0  # due while the previous poll still ran (EVENT_JOB_MAX_INSTANCES)
+    missed_polls: int = 0  # too late to start within the misfire grace time
+    history_saved_at: float = 0.0
 
-    print("no cluster configured: starting a local Apache Kafka with demo traffic", file=sys.stderr, flush=True)
-    broker = cleanup.enter_context(LocalBroker())
-    traffic = DemoTraffic(broker.bootstrap).start()
-    cleanup.callback(traffic.stop)
-    print(f"local kafka at {broker.bootstrap}", file=sys.stderr, flush=True)
-    return ClusterConfig(bootstrap_servers=[broker.bootstrap], request_timeout_s=10)
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        clusters: Mapping[str, ClusterConfig] | None = None,
+        notifiers: Mapping[str, Notifier] | None = None,
+        clock: Callable[[], float] = time.time,
+        poller_factory: Callable[[str, ClusterConfig], Any] = ClusterPoller,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store = StateStore(settings.state_dir).open()
+        self.resolver = RuleResolver(settings.rules)
+        self.book_lock = threading.RLock()
+        self.book, self.outbox = self._load_alerts()
+        self.notifiers: dict[str, Notifier] = dict(notifiers) if notifiers is not None else self._configured_notifiers()
+        self.dispatcher = Dispatcher(self.outbox, self.notifiers, self.save_alerts, clock)
+        self.clusters = {
+            name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name))
+            for name, cfg in (clusters if clusters is not None else settings.clusters).items()
+        }
+        self.scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(max_workers=len(self.clusters) + 1)},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone="UTC",
+        )
+        self.scheduler.add_listener(self._on_job_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED | EVENT_JOB_ERROR)
+        self.on_poll: list[Callable[[ClusterRuntime], None]] = []  # exporter, demo table, tests
+
+    # -- state ------------------------------------------------------------------------------------------------------
+
+    def _configured_notifiers(self) -> dict[str, Notifier]:
+        notifiers: dict[str, Notifier] = {}
+        if self.settings.notifiers.log.enabled:
+            notifiers["log"] = LogNotifier()
+        return notifiers
+
+    def _load_alerts(self) -> tuple[AlertBook, Outbox]:
+        raw = self.store.read_alerts() or {}
+        book = AlertBook.from_json(self.settings.alerts, raw.get("book", {}))
+        book.load_config_silences()
+        outbox = Outbox.from_json(raw.get("outbox"))
+        if book.alerts or outbox.deliveries:
+            log.info(
+                "alert state restored",
+                extra={"alerts": len(book.alerts), "queued_notifications": len(outbox.deliveries)},
+            )
+        return book, outbox
+
+    def save_alerts(self) -> None:
+        with self.book_lock:
+            self.store.write_alerts({"book": self.book.to_json(), "outbox": self.outbox.to_json()})
+
+    def _load_history(self, name: str) -> ClusterHistory:
+        raw = self.store.read_history(name)
+        if raw is None:
+            return ClusterHistory(name)
+        try:
+            return ClusterHistory.from_json(raw)
+        except (KeyError, TypeError, ValueError) as e:
+            log.error("history unreadable, starting afresh", extra={"cluster": name, "error": str(e)})
+            return ClusterHistory(name)
+
+    def save_history(self, runtime: ClusterRuntime) -> None:
+        with runtime.lock:
+            data = runtime.history.to_json()
+        self.store.write_history(runtime.name, data)
+        runtime.history_saved_at = self.clock()
+
+    # -- the pipeline -----------------------------------------------------------------------------------------------
+
+    def poll_cluster(self, name: str) -> None:
+        runtime = self.clusters[name]
+        snapshot = runtime.poller.poll()
+        with runtime.lock:
+            runtime.history.observe(snapshot)
+            with self.book_lock:
+                active = self.book.active_severities(name)
+            evaluation = evaluate(snapshot, runtime.history, self.resolver, active, runtime.config.read_committed)
+        self._alert(evaluation)
+        runtime.latest, runtime.evaluation = snapshot, evaluation
+        runtime.polls += 1
+        if snapshot.ok:
+            runtime.last_success = snapshot.taken_at
+        else:
+            runtime.failed_polls += 1
+        log.info(
+            "poll" if snapshot.ok else "poll failed",
+            extra={
+                "cluster": name,
+                "duration_ms": round(snapshot.duration_s * 1000, 1),
+                "groups": len(snapshot.groups),
+                "partitions": len(snapshot.partitions),
+                "requests": sum(snapshot.requests.values()),
+                "findings": len(evaluation.findings),
+                **({"error_kind": snapshot.error_kind, "error": snapshot.error} if not snapshot.ok else {}),
+            },
+        )
+        if self.clock() - runtime.history_saved_at >= self.settings.history_save_interval_s:
+            self.save_history(runtime)
+        for callback in self.on_poll:
+            callback(runtime)
+
+    def _alert(self, evaluation: Evaluation) -> None:
+        with self.book_lock:
+            self.book.apply(evaluation.cluster, evaluation.findings, evaluation.frozen_groups, evaluation.now)
+            self._flush(self.clock())
+
+    def tick(self) -> None:
+        """Sends notifications that came due without a poll (group_wait, group_interval, repeat_interval)."""
+        with self.book_lock:
+            self._flush(self.clock())
+
+    def _flush(self, now: float) -> None:
+        notifications = self.book.due(now)
+        self.outbox.add(notifications, list(self.notifiers))
+        # Saved before any delivery starts: a crash now re-sends from the outbox rather than deciding again.
+        self.save_alerts()
+
+    def _on_job_event(self, event: JobExecutionEvent) -> None:
+        runtime = self.clusters.get(event.job_id.removeprefix("poll:"))
+        if event.code == EVENT_JOB_ERROR:
+            log.error("job failed", extra={"job": event.job_id, "error": repr(event.exception)})
+        elif runtime is not None and event.code == EVENT_JOB_MAX_INSTANCES:
+            runtime.skipped_polls += 1
+            log.warning("poll skipped: the previous one is still running", extra={"cluster": runtime.name})
+        elif runtime is not None and event.code == EVENT_JOB_MISSED:
+            runtime.missed_polls += 1
+            log.warning("poll missed its start time", extra={"cluster": runtime.name})
+
+    # -- lifecycle --------------------------------------------------------------------------------------------------
+
+    def start(self) -> Daemon:
+        self.dispatcher.start()
+        for name, runtime in self.clusters.items():
+            interval = runtime.config.poll_interval_s
+            self.scheduler.add_job(
+                self.poll_cluster,
+                "interval",
+                args=[name],
+                id=f"poll:{name}",
+                seconds=interval,
+                next_run_time=_utcnow(),
+                misfire_grace_time=max(1, int(interval / 2)),
+            )
+        self.scheduler.add_job(self.tick, "interval", id="tick", seconds=TICK_S)
+        self.scheduler.start()
+        log.info("lagwatch running", extra={"clusters": list(self.clusters), "notifiers": list(self.notifiers)})
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stops polling, waits up to `grace_s` for polls under way, then saves everything."""
+        self.scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + grace_s
+        for runtime in self.clusters.values():
+            if runtime.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                runtime.lock.release()
+        self.dispatcher.stop(timeout=max(0.5, deadline - time.monotonic()))
+        for runtime in self.clusters.values():
+            self.save_history(runtime)
+            runtime.poller.close()
+        self.save_alerts()
+        self.store.close()
+        log.info("lagwatch stopped", extra={"queued_notifications": self.outbox.pending()})
+
+
+def _utcnow() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)

@@ -5,12 +5,65 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from tempfile import mkdtemp
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 ORDERS, PAYMENTS = "demo.orders", "demo.payments"
+# Short retention on the demo broker, so that offset-expiry warnings (and then the expiry) show within minutes.
+DEMO_RETENTION_MINUTES = 15
+
+
+def start_demo(settings: Any, cleanup: ExitStack) -> Any:
+    """No cluster configured: a local Apache Kafka with demo traffic, and rules tuned to show alerts quickly."""
+    import sys
+
+    from lagwatch.config import ClusterConfig
+    from lagwatch.devbroker import LocalBroker
+
+    print("no cluster configured: starting a local Apache Kafka with demo traffic", file=sys.stderr, flush=True)
+    broker = cleanup.enter_context(
+        LocalBroker(
+            settings={
+                "offsets.retention.minutes": str(DEMO_RETENTION_MINUTES),
+                "offsets.retention.check.interval.ms": "30000",
+            }
+        )
+    )
+    traffic = DemoTraffic(broker.bootstrap).start()
+    cleanup.callback(traffic.stop)
+    print(f"local kafka at {broker.bootstrap}; alerts go to the log", file=sys.stderr, flush=True)
+    demo_rules = {
+        "lag": {
+            "warning": {"offsets": 200, "seconds": None},
+            "critical": {"offsets": 2000, "seconds": None},
+            "for_s": 20,
+        },
+        "stopped": {"window_s": 30},
+        "stalled": {"window_s": 60},
+        "falling_behind": {"window_s": 60},
+        "rate_window_s": 60,
+    }
+    base = settings.rules.model_dump()
+    for name, values in demo_rules.items():
+        base[name] = {**base[name], **values} if isinstance(values, dict) else values
+    rules = type(settings.rules).model_validate(base)
+    alerts = settings.alerts.model_copy(update={"group_wait_s": 5, "group_interval_s": 30})
+    state_dir = Path(mkdtemp(prefix="lagwatch-demo-state-"))
+    return settings.model_copy(
+        update={
+            "clusters": {
+                "local": ClusterConfig(bootstrap_servers=[broker.bootstrap], request_timeout_s=10, poll_interval_s=10)
+            },
+            "rules": rules,
+            "alerts": alerts,
+            "state_dir": state_dir,
+        }
+    )
 
 
 class DemoTraffic:

@@ -79,7 +79,7 @@ def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], 
     if g.kind is GroupKind.CLASSIC and g.state == "Empty":
         if track.empty_since is None:
             return [], ""
-        return [(tp, track.empty_since) for tp in committed], "the group became Empty"
+        return [(tp, track.empty_since) for tp in committed], "the moment the group became Empty"
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"
@@ -137,8 +137,8 @@ def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
     else:
         latest = max(c.since for _, tp, c in rows if tp in due) + retention.seconds
         when = (
-            f"may expire at any moment: lagwatch has not seen when {counted_from.split(' (')[0].removeprefix('the ')} happened, "
-            f"so it assumes the earliest possible time (they expire by {timestamp(latest)} at the latest)"
+            f"may expire at any moment: lagwatch has not seen {counted_from.split(' (')[0]} happen, so it assumes the "
+            f"earliest possible time (they expire by {timestamp(latest)} at the latest)"
         )
     yield ctx.finding(
         "expiry",

@@ -44,11 +44,14 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
             continue
         worst = sorted(rows, key=lambda m: -(m.partition.lag or 0))[:5]
         eta = ctx.measure.eta_s
-        progress = (
-            f"catching up in about {duration(eta)}"
-            if eta is not None
-            else ("falling behind" if ctx.measure.falling_behind else "no catch-up estimate yet")
-        )
+        if eta is not None:
+            progress = f"catching up in about {duration(eta)}"
+        elif ctx.measure.consumption_rate == 0 and ctx.measure.falling_behind:
+            progress = "not consuming"
+        elif ctx.measure.falling_behind:
+            progress = "falling behind"
+        else:
+            progress = "no catch-up estimate yet"
         lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
         if max_seconds is not None and any(m.lag_time.estimated for m in rows):
             lag_time += " (estimated)"

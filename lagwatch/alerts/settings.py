@@ -1,0 +1,47 @@
+"""How findings become notifications: grouping, timing, silences (Alertmanager's semantics)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SilenceConfig(_Strict):
+    """Alerts whose labels match every matcher (regex, whole value) are not notified until `ends_at`."""
+
+    matchers: dict[str, str] = Field(min_length=1)
+    ends_at: datetime
+    starts_at: datetime | None = None
+    comment: str = ""
+
+    @field_validator("matchers")
+    @classmethod
+    def _compiles(cls, matchers: dict[str, str]) -> dict[str, str]:
+        for label, pattern in matchers.items():
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"{label}: invalid regex {pattern!r}: {e}") from None
+        return matchers
+
+    @field_validator("ends_at", "starts_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("needs a time zone, e.g. 2026-12-01T00:00:00Z")
+        return value
+
+
+class AlertsConfig(_Strict):
+    group_by: list[str] = Field(default_factory=lambda: ["cluster", "group"])
+    group_wait_s: float = Field(default=30.0, ge=0)  # wait before the first notification of a new group
+    group_interval_s: float = Field(default=300.0, ge=0)  # least time between two notifications of a group
+    repeat_interval_s: float = Field(default=14400.0, gt=0)  # re-send an unchanged firing group after this
+    send_resolved: bool = True
+    silences: list[SilenceConfig] = Field(default_factory=list)

@@ -1,0 +1,33 @@
+"""The log notifier (the embedded default): one structured log line per notification."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lagwatch.alerts import Notification
+
+log = logging.getLogger("lagwatch.alert")
+
+
+class LogNotifier:
+    name = "log"
+
+    def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        level = logging.WARNING if notification.kind != "resolved" else logging.INFO
+        log.log(
+            level,
+            f"[{notification.kind.upper()}:{notification.severity}] {notification.group_key}: "
+            + "; ".join(f"{a['rule']} ({a['state']}, {a['severity']}): {a['summary']}" for a in notification.alerts),
+            extra={
+                "notification_id": notification.id,
+                "kind": notification.kind,
+                "severity": notification.severity,
+                "group": notification.group_labels,
+                "alerts": [
+                    {k: a[k] for k in ("rule", "severity", "state", "labels", "summary", "started_at", "resolved_at")}
+                    for a in notification.alerts
+                ],
+            },
+        )
+        return None

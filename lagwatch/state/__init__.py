@@ -1,0 +1,5 @@
+"""EDGE: atomic persistence of alert state, the notification outbox and each cluster's history."""
+
+from lagwatch.state.store import StateLockedError, StateStore
+
+__all__ = ["StateLockedError", "StateStore"]
