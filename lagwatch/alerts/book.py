@@ -175,17 +175,14 @@ class AlertBook:
             if kind is not None:
                 out.append(self._notify(group, kind, firing, resolved, now))
                 group.notified, group.last_notified_at = current, now
-            elif not group.notified and not any(a.state == "firing" for a in alerts):
-                pass
             else:
-                # Alerts silenced since the last notification just leave quietly.
-                silenced_only = {
+                # Alerts silenced since the last notification leave quietly, without a "resolved".
+                for k in [
                     k
                     for k in group.notified
-                    if k not in current and self.alerts.get(k) and self.alerts[k].state == "firing"
-                }
-                for k in silenced_only:
-                    group.notified.pop(k, None)
+                    if k not in current and k in self.alerts and self.alerts[k].state == "firing"
+                ]:
+                    del group.notified[k]
             # Resolved alerts are done once announced, or if they never were.
             for a in alerts:
                 if a.state == "resolved" and a.key not in group.notified:
@@ -199,7 +196,7 @@ class AlertBook:
     ) -> str | None:
         cfg = self.config
         if not group.notified:
-            if firing and now - min(a.fired_at or now for a in firing) >= cfg.group_wait_s:
+            if firing and now - min(now if a.fired_at is None else a.fired_at for a in firing) >= cfg.group_wait_s:
                 return "firing"
             return None
         since_last = now - (group.last_notified_at or 0.0)

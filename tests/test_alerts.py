@@ -1,0 +1,99 @@
+"""The alert lifecycle: pending/firing/resolved, grouping and timing, silences, and restarts without duplicates."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from lagwatch.alerts import AlertBook, AlertsConfig
+from lagwatch.model import Finding
+
+
+def finding(
+    rule: str = "lag", group: str = "g", severity: str = "warning", for_s: float = 0, topic: str = "t"
+) -> Finding:
+    labels = {"cluster": "c", "group": group, "topic": topic}
+    return Finding(rule, severity, "c", group, labels, f"{rule} on {group}", {"lag": 1}, for_s)
+
+
+def book(**cfg: object) -> AlertBook:
+    base = {"group_wait_s": 30, "group_interval_s": 300, "repeat_interval_s": 3600}
+    return AlertBook(AlertsConfig.model_validate(base | cfg))
+
+
+def step(b: AlertBook, findings: list[Finding], now: float, frozen: frozenset[str] | None = frozenset()) -> list[str]:
+    b.apply("c", findings, frozen, now)
+    return [n.kind for n in b.due(now)]
+
+
+def test_pending_until_for_then_firing_after_group_wait() -> None:
+    b = book()
+    assert step(b, [finding(for_s=60)], 0) == []
+    assert b.alerts[finding().key].state == "pending"
+    assert step(b, [finding(for_s=60)], 60) == []  # firing now, group_wait running
+    assert b.alerts[finding().key].state == "firing"
+    assert step(b, [finding(for_s=60)], 89) == []
+    assert step(b, [finding(for_s=60)], 90) == ["firing"]
+    assert step(b, [finding(for_s=60)], 120) == []  # unchanged: nothing until the repeat interval
+
+
+def test_a_pending_alert_that_goes_away_is_never_announced() -> None:
+    b = book()
+    step(b, [finding(for_s=60)], 0)
+    assert step(b, [], 30) == [] and b.alerts == {} and b.groups == {}
+
+
+def test_update_when_an_alert_joins_then_resolved_when_all_clear() -> None:
+    b = book()
+    step(b, [finding()], 0)
+    assert step(b, [finding()], 30) == ["firing"]
+    assert step(b, [finding(), finding("stalled", severity="critical")], 60) == []  # within group_interval
+    notes = (b.apply("c", [finding(), finding("stalled", severity="critical")], frozenset(), 330), b.due(330))[1]
+    assert [n.kind for n in notes] == ["update"] and notes[0].severity == "critical"
+    assert [a["rule"] for a in notes[0].alerts] == ["stalled", "lag"]  # worst first
+    assert step(b, [], 400) == []  # resolved, waiting for group_interval
+    notes = (b.apply("c", [], frozenset(), 630), b.due(630))[1]
+    assert [n.kind for n in notes] == ["resolved"] and {a["state"] for a in notes[0].alerts} == {"resolved"}
+    assert b.alerts == {} and b.groups == {}
+
+
+def test_repeat_interval_and_send_resolved_off() -> None:
+    b = book(send_resolved=False, group_wait_s=0)
+    assert step(b, [finding()], 0) == ["firing"]
+    assert step(b, [finding()], 3599) == []
+    assert step(b, [finding()], 3600) == ["repeat"]
+    assert step(b, [], 4000) == [] and b.alerts == {}
+
+
+def test_groups_are_per_cluster_and_consumer_group() -> None:
+    b = book(group_wait_s=0)
+    b.apply("c", [finding(group="a"), finding(group="b"), finding("stalled", group="a")], frozenset(), 0)
+    notes = b.due(0)
+    assert sorted((n.group_key, len(n.alerts)) for n in notes) == [("cluster=c|group=a", 2), ("cluster=c|group=b", 1)]
+
+
+def test_frozen_scope_neither_resolves_nor_fires() -> None:
+    b = book(group_wait_s=0)
+    step(b, [finding(group="a"), finding(group="b")], 0)
+    step(b, [], 10, frozen=None)  # cluster down: every group frozen
+    assert {a.state for a in b.alerts.values()} == {"firing"}
+    step(b, [], 20, frozen=frozenset({"a"}))  # group a unreadable: only b may resolve
+    assert {a.group: a.state for a in b.alerts.values()} == {"a": "firing", "b": "resolved"}
+
+
+def test_silence_suppresses_until_it_ends() -> None:
+    ends = datetime.fromtimestamp(1000, tz=UTC)
+    b = book(group_wait_s=0, silences=[{"matchers": {"group": "batch-.*"}, "ends_at": ends, "comment": "maintenance"}])
+    b.load_config_silences()
+    assert step(b, [finding(group="batch-1")], 0) == []
+    assert step(b, [finding(group="batch-1")], 999) == []
+    assert step(b, [finding(group="batch-1")], 1000) == ["firing"]
+
+
+def test_restart_from_saved_state_sends_no_duplicate() -> None:
+    b = book(group_wait_s=0)
+    assert step(b, [finding()], 0) == ["firing"]
+    saved = json.loads(json.dumps(b.to_json()))
+    again = AlertBook.from_json(b.config, saved)
+    assert step(again, [finding()], 30) == []  # same alert, already announced
+    assert step(again, [], 400) == ["resolved"]  # and it resolves as one would expect

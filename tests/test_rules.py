@@ -1,0 +1,240 @@
+"""Each rule over synthetic histories, and the invariants that keep on-call engineers trusting the alerts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lagwatch.model import GroupKind, TopicPartition
+from tests.synthetic import TP, Pipeline, group, snapshot
+
+TP1 = TopicPartition("orders", 1)
+AUDIT = TopicPartition("audit", 0)
+FAST = {"lag": {"warning": {"offsets": 100}, "critical": {"offsets": 1000}, "for_s": 60}}
+
+
+def rules_of(evaluation) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {f.rule: f.severity for f in evaluation.findings}
+
+
+def test_lag_threshold_waits_for_its_duration_then_fires_and_escalates() -> None:
+    p = Pipeline(FAST)
+    p.step(snapshot(0, [group(committed={TP: 0})], {TP: 150}))
+    p.step(snapshot(30, [group(committed={TP: 0})], {TP: 160}))
+    assert "lag" not in p.firing()  # pending: for_s is 60
+    p.step(snapshot(60, [group(committed={TP: 0})], {TP: 170}))
+    assert p.firing()["lag"] == "warning"
+    p.step(snapshot(90, [group(committed={TP: 0})], {TP: 1500}))
+    assert p.firing()["lag"] == "critical"
+    (alert,) = [a for a in p.book.alerts.values() if a.rule == "lag"]
+    assert alert.details["lag"] == 1500 and alert.labels["topic"] == "orders" and alert.labels["group"] == "g"
+
+
+def test_lag_in_seconds_threshold() -> None:
+    p = Pipeline({"lag": {"warning": {"seconds": 100}, "critical": {"seconds": 1000}, "for_s": 0}})
+    for t in range(0, 400, 30):  # 1 record/s produced, the consumer stuck at offset 10
+        evaluation = p.step(snapshot(t, [group(committed={TP: 10})], {TP: 10 + t}))
+    assert rules_of(evaluation)["lag"] == "warning"
+    (finding,) = [f for f in evaluation.findings if f.rule == "lag"]
+    assert 360 <= finding.details["lag_seconds"] <= 400  # type: ignore[operator]
+
+
+@given(noise=st.lists(st.integers(-15, 15), min_size=20, max_size=60))
+@settings(max_examples=50, deadline=None)
+def test_no_flapping_at_a_steady_threshold(noise: list[int]) -> None:
+    """Lag hovering around the threshold (within the hysteresis band) fires once and never resolves."""
+    p = Pipeline(
+        {"lag": {"warning": {"offsets": 100}, "critical": {"offsets": 10**9}, "for_s": 0, "resolve_ratio": 0.8}}
+    )
+    p.step(snapshot(0, [group(committed={TP: 0})], {TP: 105}))
+    for i, n in enumerate(noise, start=1):
+        p.step(snapshot(i * 30, [group(committed={TP: 1000 * i})], {TP: 1000 * i + 100 + n}))
+    lag_notes = [n for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)]
+    assert [n.kind for n in lag_notes] == ["firing"]
+
+
+@given(
+    ends=st.lists(st.integers(0, 50), min_size=3, max_size=30),
+    state=st.sampled_from(["Stable", "Empty"]),
+    members=st.integers(0, 2),
+)
+@settings(max_examples=60, deadline=None)
+def test_no_finding_for_a_caught_up_group(ends: list[int], state: str, members: int) -> None:
+    """Whatever the traffic, a group whose committed offset is always at the log end raises nothing.
+    (Expiry is left out: a caught-up Empty group's offsets still expire, and 'earliest' would replay them.)"""
+    p = Pipeline({"expiry": {"enabled": False}, "rate_window_s": 120})
+    end = 0
+    for i, step in enumerate(ends):
+        end += step
+        members_now = members if state == "Stable" else 0
+        evaluation = p.step(snapshot(i * 30, [group(committed={TP: end}, state=state, members=members_now)], {TP: end}))
+        assert evaluation.findings == ()
+
+
+def test_stalled_only_while_new_records_arrive() -> None:
+    p = Pipeline({"stalled": {"window_s": 120}})
+    for t in range(0, 150, 30):
+        evaluation = p.step(snapshot(t, [group(committed={TP: 40})], {TP: 50 + t}))
+    assert rules_of(evaluation).get("stalled") == "critical"
+    quiet = Pipeline({"stalled": {"window_s": 120}})
+    for t in range(0, 300, 30):  # same committed offset, but the topic is quiet and the group caught up
+        evaluation = quiet.step(snapshot(t, [group(committed={TP: 40})], {TP: 40}))
+        assert evaluation.findings == ()
+
+
+def test_stopped_when_empty_with_lag_for_the_window_not_when_caught_up() -> None:
+    p = Pipeline({"stopped": {"window_s": 60}, "expiry": {"enabled": False}})
+    p.step(snapshot(0, [group(committed={TP: 10})], {TP: 20}))
+    p.step(snapshot(30, [group(committed={TP: 10}, state="Empty", members=0)], {TP: 25}))
+    assert "stopped" not in rules_of(
+        p.step(snapshot(60, [group(committed={TP: 10}, state="Empty", members=0)], {TP: 30}))
+    )
+    evaluation = p.step(snapshot(90, [group(committed={TP: 10}, state="Empty", members=0)], {TP: 35}))
+    assert rules_of(evaluation)["stopped"] == "critical"
+    caught_up = Pipeline({"stopped": {"window_s": 60}, "expiry": {"enabled": False}})
+    for t in range(0, 300, 30):
+        assert (
+            caught_up.step(snapshot(t, [group(committed={TP: 10}, state="Empty", members=0)], {TP: 10})).findings == ()
+        )
+
+
+def test_stopped_simple_group_without_progress_while_lag_grows() -> None:
+    p = Pipeline({"stopped": {"window_s": 60}, "expiry": {"enabled": False}})
+    simple = lambda: group(committed={TP: 5}, state="Empty", kind=GroupKind.SIMPLE, members=0)  # noqa: E731
+    for t in (0, 30, 60):
+        evaluation = p.step(snapshot(t, [simple()], {TP: 10 + t}))
+    assert rules_of(evaluation)["stopped"] == "critical"
+
+
+def test_falling_behind_with_eta_never_and_catching_up_with_eta() -> None:
+    p = Pipeline({"falling_behind": {"window_s": 90}, "rate_window_s": 90})
+    for i in range(5):  # 20/s produced, 10/s consumed
+        evaluation = p.step(snapshot(i * 30, [group(committed={TP: 300 * i})], {TP: 600 * i + 10}))
+    (finding,) = [f for f in evaluation.findings if f.rule == "falling_behind"]
+    assert "ETA: never" in finding.summary and finding.details["eta_s"] is None
+    catching = Pipeline(FAST | {"rate_window_s": 90})
+    for i in range(4):  # 10/s produced, 30/s consumed: lag 2000 shrinks by 20/s, to 200 at t=90
+        evaluation = catching.step(snapshot(i * 30, [group(committed={TP: 900 * i})], {TP: 2000 + 300 * i}))
+    assert "falling_behind" not in rules_of(evaluation)
+    measure = evaluation.measures["g"]
+    assert measure.lag.sum_lag == 200 and measure.eta_s is not None and abs(measure.eta_s - 200 / 20) < 1e-6
+    assert "catching up in about 10s" in next(f.summary for f in evaluation.findings if f.rule == "lag")
+
+
+def test_rewind_is_reported_for_a_while() -> None:
+    p = Pipeline({"rewind": {"window_s": 60}})
+    p.step(snapshot(0, [group(committed={TP: 500})], {TP: 500}))
+    evaluation = p.step(snapshot(30, [group(committed={TP: 100})], {TP: 500}))
+    (finding,) = [f for f in evaluation.findings if f.rule == "rewind"]
+    assert "0: 500 -> 100" in finding.summary
+    assert "rewind" not in rules_of(p.step(snapshot(120, [group(committed={TP: 500})], {TP: 500})))
+
+
+def test_expiry_of_an_empty_classic_group_warns_then_goes_critical() -> None:
+    p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}})
+    p.step(snapshot(0, [group(committed={TP: 5})], {TP: 10}, retention_minutes=10))
+    p.step(snapshot(60, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10))
+    assert "expiry" not in rules_of(
+        p.step(snapshot(400, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10))
+    )
+    warn = p.step(
+        snapshot(60 + 460, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10)
+    )
+    (finding,) = [f for f in warn.findings if f.rule == "expiry"]
+    assert finding.severity == "warning" and finding.details["expires_at"] == 660 and finding.details["observed"]
+    assert "'latest' skips 5 unconsumed records, 'earliest' replays 10" in finding.summary
+    crit = p.step(
+        snapshot(60 + 550, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10)
+    )
+    assert rules_of(crit)["expiry"] == "critical"
+
+
+def test_expiry_unobserved_clock_assumes_the_earliest_time() -> None:
+    p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}})
+    evaluation = p.step(
+        snapshot(1000, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10)
+    )
+    (finding,) = [f for f in evaluation.findings if f.rule == "expiry"]
+    assert (
+        finding.severity == "critical"
+        and not finding.details["observed"]
+        and "may expire at any moment" in finding.summary
+    )
+
+
+def test_expiry_per_group_kind() -> None:
+    # Simple group: each partition from its own last commit.
+    p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}})
+    simple = lambda c: group(committed=c, state="Empty", kind=GroupKind.SIMPLE, members=0)  # noqa: E731
+    p.step(snapshot(0, [simple({})], {TP: 10, TP1: 10}, retention_minutes=10))
+    p.step(snapshot(10, [simple({TP: 1, TP1: 1})], {TP: 10, TP1: 10}, retention_minutes=10))
+    p.step(snapshot(300, [simple({TP: 1, TP1: 2})], {TP: 10, TP1: 10}, retention_minutes=10))  # TP1 committed again
+    (f,) = [
+        f for f in p.step(snapshot(470, [simple({TP: 1, TP1: 2})], {TP: 10, TP1: 10}, retention_minutes=10)).findings
+    ]
+    assert f.rule == "expiry" and f.details["partitions"] == [{"topic": "orders", "partition": 0}]
+    # Stable classic group with known subscriptions: only topics nobody subscribes to; KIP-848 likewise.
+    for kind in (GroupKind.CLASSIC, GroupKind.CONSUMER):
+        q = Pipeline({"lag": {"enabled": False}})
+        g = lambda: group(committed={}, kind=kind, subscribed=("orders",))  # noqa: E731,B023
+        q.step(snapshot(0, [g()], {TP: 10, AUDIT: 10}, retention_minutes=10))
+        live = group(committed={TP: 3, AUDIT: 4}, kind=kind, subscribed=("orders",))
+        q.step(snapshot(10, [live], {TP: 10, AUDIT: 10}, retention_minutes=10))
+        (f,) = [
+            f
+            for f in q.step(snapshot(560, [live], {TP: 10, AUDIT: 10}, retention_minutes=10)).findings
+            if f.rule == "expiry"
+        ]
+        assert f.details["partitions"] == [{"topic": "audit", "partition": 0}] and f.severity == "critical"
+
+
+def test_offsets_expired_when_they_vanish() -> None:
+    p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}, "expiry": {"enabled": False}})
+    p.step(snapshot(0, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}))
+    evaluation = p.step(snapshot(30, [], {}))  # the group and its offsets are gone
+    (finding,) = [f for f in evaluation.findings if f.rule == "expired"]
+    assert finding.severity == "critical" and finding.details["group_gone"] and "orders/0" in finding.summary
+
+
+def test_committed_below_log_start() -> None:
+    p = Pipeline()
+    evaluation = p.step(snapshot(0, [group(committed={TP: 5})], {TP: 30}, starts={TP: 20}))
+    (finding,) = [f for f in evaluation.findings if f.rule == "below_log_start"]
+    assert finding.details["lost"] == 15 and finding.severity == "critical"
+
+
+def test_outage_freezes_lag_alerts_and_raises_one_cluster_alert() -> None:
+    p = Pipeline(FAST | {"cluster_unreachable": {"for_s": 30}, "expiry": {"enabled": False}})
+    p.step(snapshot(0, [group(committed={TP: 0})], {TP: 500}))
+    p.step(snapshot(60, [group(committed={TP: 0})], {TP: 500}))
+    assert p.firing() == {"lag": "warning"}
+    for t in (90, 120, 150, 180):
+        evaluation = p.step(snapshot(t, [], {}, error="no broker answered"))
+        assert [f.rule for f in evaluation.findings] == ["cluster_unreachable"]
+    assert p.firing() == {
+        "lag": "warning",
+        "cluster_unreachable": "critical",
+    }  # lag alert neither resolved nor re-fired
+    p.step(snapshot(210, [group(committed={TP: 500})], {TP: 500}))  # back, caught up
+    assert p.firing() == {}
+    kinds = [(n.kind, n.group_key) for n in p.sent]
+    assert kinds.count(("firing", "cluster=c|group=")) == 1
+
+
+def test_overrides_by_group_regex_set_thresholds_and_routing_labels() -> None:
+    p = Pipeline(
+        FAST
+        | {
+            "lag": {"warning": {"offsets": 100}, "critical": {"offsets": 1000}, "for_s": 0},
+            "overrides": [
+                {
+                    "match": {"group": "pay-.*"},
+                    "rules": {"lag": {"warning": {"offsets": 10}}},
+                    "labels": {"team": "payments"},
+                }
+            ],
+        }
+    )
+    evaluation = p.step(snapshot(0, [group("pay-1", committed={TP: 0}), group("other", committed={TP: 0})], {TP: 50}))
+    (finding,) = evaluation.findings
+    assert finding.group == "pay-1" and finding.labels["team"] == "payments"
