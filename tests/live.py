@@ -1,0 +1,82 @@
+"""Real traffic for the daemon tests: a steady producer and consumers that behave in the ways rules detect."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from lagwatch.alerts import Notification
+
+
+class Recorder:
+    """A notifier that keeps what it is given (the test's stand-in for a person reading Slack)."""
+
+    name = "record"
+
+    def __init__(self) -> None:
+        self.sent: list[Notification] = []
+        self.lock = threading.Lock()
+
+    def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        with self.lock:
+            self.sent.append(notification)
+        return {"n": len(self.sent)}
+
+    def kinds(self, group: str) -> list[tuple[str, tuple[str, ...]]]:
+        with self.lock:
+            return [
+                (n.kind, tuple(sorted(a["rule"] for a in n.firing)))
+                for n in self.sent
+                if n.group_labels.get("group") == group
+            ]
+
+
+class Background:
+    """Threads that run until stop(): a producer at a fixed rate, and a slow consumer."""
+
+    def __init__(self) -> None:
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def spawn(self, fn: Any, *args: Any) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def produce(self, bootstrap: str, topic: str, per_second: int) -> None:
+        def run() -> None:
+            producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+            while not self.stop_event.wait(1.0 / per_second):
+                producer.send(topic, b"x", partition=0)
+            producer.close()
+
+        self.spawn(run)
+
+    def slow_consumer(self, bootstrap: str, group: str, topic: str, per_second: int) -> None:
+        def run() -> None:
+            c = KafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                max_poll_records=per_second,
+            )
+            c.subscribe([topic])
+            while not self.stop_event.wait(1.0):
+                if c.poll(200, max_records=per_second):
+                    c.commit()
+            c.close()
+
+        self.spawn(run)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def commit(consumer: KafkaConsumer, topic: str, offset: int) -> None:
+    consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, "", -1)})
