@@ -126,6 +126,10 @@ class ClusterConfig(_Strict):
     read_committed: bool = False
     # Overrides what the brokers say for offsets.retention.minutes (e.g. when describe_configs is not allowed).
     offsets_retention_minutes: int | None = Field(default=None, gt=0)
+    # Exact lag in seconds: for partitions lagging at least this many records, read the timestamp of the record at
+    # the committed offset (one small Fetch per leader) instead of interpolating. Unset: off.
+    exact_lag_seconds_above: int | None = Field(default=None, ge=1)
+    exact_lag_seconds_max_partitions: int = Field(default=200, ge=1, le=10000)
     # How often broker settings (offsets.retention.*) are read again.
     broker_settings_refresh_s: float = Field(default=3600.0, ge=0)
 

@@ -201,7 +201,8 @@ class Daemon:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stops polling, waits up to `grace_s` for polls under way, then saves everything."""
-        self.scheduler.shutdown(wait=False)
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
         deadline = time.monotonic() + grace_s
         for runtime in self.clusters.values():
             if runtime.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):

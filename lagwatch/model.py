@@ -82,6 +82,8 @@ class ClusterSnapshot:
     partitions: Mapping[TopicPartition, PartitionOffsets] = field(default_factory=dict)
     brokers: tuple[BrokerSettings, ...] = ()
     requests: Mapping[str, int] = field(default_factory=dict)  # Kafka requests sent, by API name
+    # Exact mode: when the record at (partition, committed offset) was written, seconds since the epoch.
+    record_times: Mapping[tuple[TopicPartition, int], float] = field(default_factory=dict)
     error: str | None = None
     error_kind: str | None = None  # unreachable | auth_failed | timeout | error
 

@@ -192,3 +192,45 @@ def test_legacy_offset_fetch_one_request_per_group(
     assert {g.group_id: dict(g.committed) for g in snapshot.groups} == {
         g.group_id: dict(g.committed) for g in expected.groups
     }
+
+
+def test_exact_lag_seconds_from_the_record_timestamp(bootstrap: str) -> None:
+    """Exact mode reads the timestamp of the record at the committed offset: right on the very first poll."""
+    import time
+
+    from kafka import KafkaProducer, TopicPartition
+
+    from lagwatch.history import ClusterHistory, measure_group
+
+    topic, group = unique("exact"), unique("exactg")
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    hour_ago_ms = int((time.time() - 3600) * 1000)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=300, linger_ms=0)
+    for i in range(40):  # one record a second, an hour ago
+        producer.send(topic, b"x" * 40, partition=0, timestamp_ms=hour_ago_ms + i * 1000)
+    producer.flush()
+    producer.close()
+    c = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
+    kafka_scenario.commit(c, {TopicPartition(topic, 0): 25})
+    c.close()
+    config = ClusterConfig(
+        bootstrap_servers=[bootstrap], groups=NameFilter(include=[group]), exact_lag_seconds_above=10
+    )
+    poller = ClusterPoller("exact", config)
+    snapshot = poller.poll()
+    poller.close()
+    assert snapshot.ok and snapshot.requests["Fetch"] == 1
+    assert snapshot.record_times[(TopicPartition(topic, 0), 25)] == (hour_ago_ms + 25_000) / 1000
+    (g,) = snapshot.groups
+    history = ClusterHistory("exact")
+    history.observe(snapshot)
+    measure = measure_group(
+        group_lag(g, snapshot.partitions),
+        history.groups[group],
+        history.timelines,
+        snapshot.taken_at,
+        600,
+        snapshot.record_times,
+    )
+    (p,) = measure.partitions
+    assert p.lag_time.exact and abs(p.lag_time.seconds - (snapshot.taken_at - (hour_ago_ms / 1000 + 25))) < 1e-6  # type: ignore[operator]

@@ -259,3 +259,54 @@ def test_sigkill_mid_incident_then_restart_sends_no_second_firing(bootstrap: str
     assert len(firing_lines(tmp_path / "first.log")) == 1
     assert firing_lines(tmp_path / "second.log") == []
     assert '"lagwatch stopped"' in (tmp_path / "second.log").read_text()
+
+
+def test_slow_cluster_never_delays_another_and_skipped_polls_are_counted(bootstrap: str, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: every poll of that cluster waits out its timeout
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    settings = load_settings(rules=FAST_RULES, state_dir=tmp_path / "state")
+    clusters = {
+        "healthy": ClusterConfig(
+            bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=["none-.*"])
+        ),
+        "dead": ClusterConfig(bootstrap_servers=[dead], poll_interval_s=1, request_timeout_s=3),
+    }
+    daemon = Daemon(settings, clusters=clusters, notifiers={}).start()
+    try:
+        time.sleep(8)
+    finally:
+        daemon.stop()
+    healthy, dead_rt = daemon.clusters["healthy"], daemon.clusters["dead"]
+    assert healthy.polls >= 6 and healthy.failed_polls == 0
+    assert 1 <= dead_rt.polls <= 4 and dead_rt.failed_polls == dead_rt.polls
+    assert dead_rt.skipped_polls + dead_rt.missed_polls >= 3
+    assert dead_rt.latest is not None and dead_rt.latest.error_kind == "unreachable"
+
+
+def test_history_survives_a_restart_so_lag_seconds_are_known_at_once(bootstrap: str, tmp_path: Path) -> None:
+    prefix = unique("hist")
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    c = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
+    kafka_scenario.produce(bootstrap, topic, {0: 5})
+    commit(c, topic, 5)
+    c.close()
+    first = daemon_for(bootstrap, prefix, tmp_path / "state", Recorder()).start()
+    try:
+        time.sleep(2.5)
+        kafka_scenario.produce(bootstrap, topic, {0: 10})  # records 5.. arrive now; the group stays at 5
+        time.sleep(2.5)
+    finally:
+        first.stop()
+    produced_at = time.time() - 2.5
+    second = daemon_for(bootstrap, prefix, tmp_path / "state", Recorder())
+    second.poll_cluster("test")  # one poll, straight after the restart
+    evaluation = second.clusters["test"].evaluation
+    second.stop()
+    assert evaluation is not None
+    measure = evaluation.measures[group]
+    assert measure.lag.sum_lag == 10
+    assert measure.max_lag_seconds is not None and abs(measure.max_lag_seconds - (time.time() - produced_at)) < 2.5

@@ -80,7 +80,7 @@ class ClusterPoller:
             if self._admin is None:
                 self._admin = open_admin(self.name, self.config)
             wire = Wire(self._admin, int(self.config.request_timeout_s * 1000))
-            groups, partitions = self._collect(wire)
+            groups, partitions, record_times = self._collect(wire)
             brokers = self._broker_settings(wire, started)
             return ClusterSnapshot(
                 cluster=self.name,
@@ -90,6 +90,7 @@ class ClusterPoller:
                 partitions=partitions,
                 brokers=brokers,
                 requests=dict(wire.sent),
+                record_times=record_times,
             )
         except Exception as e:
             error = translate(self.name, e)
@@ -106,17 +107,44 @@ class ClusterPoller:
 
     # -- the steps of one poll ----------------------------------------------------------------------------
 
-    def _collect(self, wire: Wire) -> tuple[tuple[GroupSnapshot, ...], dict[TopicPartition, PartitionOffsets]]:
+    def _collect(
+        self, wire: Wire
+    ) -> tuple[
+        tuple[GroupSnapshot, ...], dict[TopicPartition, PartitionOffsets], dict[tuple[TopicPartition, int], float]
+    ]:
         listed = self._list_groups(wire)
         answers = self._read_groups(wire, listed)
         groups = tuple(self._group_snapshot(g, answers) for g in sorted(listed.values(), key=lambda g: g.group_id))
         needed = sorted(
             {tp for g in groups for tp in (*g.committed, *g.member_of()) if self.config.topics.matches(tp.topic)}
         )
-        partitions = self._log_offsets(wire, needed)
+        partitions, leaders = self._log_offsets(wire, needed)
         # Topic filters apply to what a group shows as well as to what lagwatch asks for.
         groups = tuple(_only_topics(g, self.config.topics.matches) for g in groups)
-        return groups, partitions
+        return groups, partitions, self._record_times(wire, groups, partitions, leaders)
+
+    def _record_times(
+        self,
+        wire: Wire,
+        groups: tuple[GroupSnapshot, ...],
+        partitions: dict[TopicPartition, PartitionOffsets],
+        leaders: dict[TopicPartition, int],
+    ) -> dict[tuple[TopicPartition, int], float]:
+        """Exact mode: timestamps of the records at the committed offsets of the partitions lagging most."""
+        above = self.config.exact_lag_seconds_above
+        if above is None:
+            return {}
+        lagging: dict[tuple[TopicPartition, int], int] = {}
+        for g in groups:
+            for tp, c in g.committed.items():
+                p = partitions.get(tp)
+                if p and p.log_end is not None and p.log_end - c.offset >= above and (p.log_start or 0) <= c.offset:
+                    lagging[(tp, c.offset)] = max(lagging.get((tp, c.offset), 0), p.log_end - c.offset)
+        chosen = sorted(lagging, key=lambda k: -lagging[k])[: self.config.exact_lag_seconds_max_partitions]
+        wanted: dict[TopicPartition, list[int]] = {}
+        for tp, offset in chosen:
+            wanted.setdefault(tp, []).append(offset)
+        return wire.run(wire.record_times, leaders, wanted) if wanted else {}
 
     def _list_groups(self, wire: Wire) -> dict[str, ListedGroup]:
         broker_ids = wire.broker_ids()
@@ -184,9 +212,11 @@ class ClusterPoller:
             error=_error_line(error) if error is not None else None,
         )
 
-    def _log_offsets(self, wire: Wire, needed: list[TopicPartition]) -> dict[TopicPartition, PartitionOffsets]:
+    def _log_offsets(
+        self, wire: Wire, needed: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int]]:
         if not needed:
-            return {}
+            return {}, {}
         leaders, topic_errors = wire.run(wire.partition_leaders, sorted({tp.topic for tp in needed}))
         asked = {tp: leaders[tp] for tp in needed if tp in leaders}
         specs = [(OffsetSpec.LATEST, READ_UNCOMMITTED), (OffsetSpec.EARLIEST, READ_UNCOMMITTED)]
@@ -209,7 +239,7 @@ class ClusterPoller:
                 last_stable=stable.offsets.get(tp) if stable else None,
                 error=error,
             )
-        return partitions
+        return partitions, asked
 
     def _broker_settings(self, wire: Wire, now: float) -> tuple[BrokerSettings, ...]:
         """offsets.retention.* from every broker; read rarely, and a failure keeps the last known values."""

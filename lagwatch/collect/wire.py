@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest, OffsetSpec
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetchRequest, OffsetSpec
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.record import MemoryRecords
 
 from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest
 from lagwatch.model import CommittedOffset, Member, TopicPartition
@@ -235,6 +236,24 @@ class Wire:
             results.append(LogOffsets(offsets, errors))
         return results
 
+    async def record_times(
+        self, leaders: Mapping[TopicPartition, int], wanted: Mapping[TopicPartition, list[int]]
+    ) -> dict[tuple[TopicPartition, int], float]:
+        """When the record at each wanted offset was written: one small Fetch per leader per round (a partition
+        appears once per request, so a partition wanted at two offsets takes two rounds)."""
+        times: dict[tuple[TopicPartition, int], float] = {}
+        rounds = max((len(offsets) for offsets in wanted.values()), default=0)
+        for i in range(rounds):
+            by_leader: dict[int, list[tuple[TopicPartition, int]]] = {}
+            for tp, offsets in wanted.items():
+                if i < len(offsets) and tp in leaders:
+                    by_leader.setdefault(leaders[tp], []).append((tp, offsets[i]))
+            requests = [(leader, _fetch_request(items)) for leader, items in by_leader.items()]
+            for (_, items), response in zip(by_leader.items(), await self._send_all(requests), strict=True):
+                if not isinstance(response, BaseException):
+                    _read_record_times(response, dict(items), times)
+        return times
+
     # -- broker settings -----------------------------------------------------------------------------------
 
     def broker_configs(self, broker_ids: list[int], names: list[str]) -> dict[int, dict[str, str]]:
@@ -248,6 +267,46 @@ class Wire:
         for broker, configs in described.get("broker", {}).items():
             result[int(broker)] = {name: c.get("value") for name, c in configs.items() if c.get("value") is not None}
         return result
+
+
+def _fetch_request(items: list[tuple[TopicPartition, int]]) -> Any:
+    topic_cls = FetchRequest.FetchTopic
+    by_topic: dict[str, list[Any]] = {}
+    for tp, offset in items:
+        # A small limit: the broker still returns the whole first batch, which holds the record wanted.
+        by_topic.setdefault(tp.topic, []).append(
+            topic_cls.FetchPartition(partition=tp.partition, fetch_offset=offset, partition_max_bytes=1024)
+        )
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=READ_UNCOMMITTED,
+        topics=[topic_cls(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        max_version=12,  # v13+ name topics by id
+    )
+
+
+def _read_record_times(
+    response: Any, wanted: dict[TopicPartition, int], times: dict[tuple[TopicPartition, int], float]
+) -> None:
+    for t in response.responses:
+        for p in t.partitions:
+            tp = TopicPartition(t.topic, p.partition_index)
+            offset = wanted.get(tp)
+            if offset is None or p.error_code != 0 or not p.records:
+                continue
+            try:
+                records = MemoryRecords(bytes(p.records))
+                while (batch := records.next_batch()) is not None:
+                    record = next((r for r in batch if r.offset >= offset), None)
+                    if record is not None:
+                        if record.timestamp is not None and record.timestamp >= 0:
+                            times[(tp, offset)] = record.timestamp / 1000.0
+                        break
+            except Exception:
+                continue  # a compression codec not installed, or a batch cut short: interpolation stays
 
 
 def _list_offsets_request(tps: list[TopicPartition], spec: OffsetSpec, isolation: int) -> Any:

@@ -18,6 +18,7 @@ class LagTime:
 
     seconds: float | None
     estimated: bool = False
+    exact: bool = False  # read from the record's own timestamp (exact mode), not interpolated
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +46,19 @@ class GroupMeasure:
         return self.consumption_rate < self.production_rate
 
 
-def lag_seconds(timeline: LogEndTimeline | None, committed: int | None, log_end: int | None, now: float) -> LagTime:
+def lag_seconds(
+    timeline: LogEndTimeline | None,
+    committed: int | None,
+    log_end: int | None,
+    now: float,
+    written_at: float | None = None,
+) -> LagTime:
     if committed is None or log_end is None:
         return LagTime(None)
     if committed >= log_end:
         return LagTime(0.0)  # caught up is 0 s, whatever the history
+    if written_at is not None and math.isfinite(written_at):
+        return LagTime(max(0.0, now - written_at), exact=True)
     if timeline is None:
         return LagTime(None)
     produced = timeline.produced_at(committed)
@@ -79,6 +88,7 @@ def measure_group(
     timelines: Mapping[TopicPartition, LogEndTimeline],
     now: float,
     rate_window_s: float,
+    record_times: Mapping[tuple[TopicPartition, int], float] | None = None,
 ) -> GroupMeasure:
     since = now - rate_window_s
     measures = []
@@ -88,7 +98,9 @@ def measure_group(
         measures.append(
             PartitionMeasure(
                 partition=p,
-                lag_time=lag_seconds(timeline, p.committed, p.log_end, now),
+                lag_time=lag_seconds(
+                    timeline, p.committed, p.log_end, now, (record_times or {}).get((tp, p.committed or -1))
+                ),
                 production_rate=timeline.rate(since) if timeline else None,
                 consumption_rate=_consumption_rate(track, tp, since),
             )

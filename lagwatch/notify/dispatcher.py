@@ -41,7 +41,8 @@ class Dispatcher:
         self._stop.set()
         with self.outbox.changed:
             self.outbox.changed.notify_all()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -85,7 +85,7 @@ def evaluate(
             continue
         lag = group_lag(group, snapshot.partitions, use_last_stable)
         track = history.groups.get(group.group_id)
-        measure = measure_group(lag, track, history.timelines, now, rules.rate_window_s)
+        measure = measure_group(lag, track, history.timelines, now, rules.rate_window_s, snapshot.record_times)
         measures[group.group_id] = measure
         ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active)
         for rule in GROUP_RULES:
