@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 
 # Runs lagwatch: with CONFIG=file it monitors the configured clusters, without it a local Kafka with demo traffic.
 run: system-deps $(VENV)/.installed
-	$(VENV)/bin/lagwatch run $(if $(CONFIG),--config $(CONFIG))
+	$(VENV)/bin/lagwatch run $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check lagwatch tests bench
