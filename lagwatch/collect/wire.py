@@ -167,10 +167,10 @@ class Wire:
             modern = [g for g in group_ids if g in kip848]
             if classic:
                 requests.append((coordinator, DescribeGroupsRequest(groups=classic)))
-                handlers.append(_describe_handler(classic, answers))
+                handlers.append(_describe_handler(classic, answers, _classic_group))
             if modern:
                 requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=modern)))
-                handlers.append(_consumer_group_describe_handler(modern, answers))
+                handlers.append(_describe_handler(modern, answers, _kip848_group))
             for chunk, request in self._offset_fetch_requests(group_ids):
                 requests.append((coordinator, request))
                 handlers.append(_offset_fetch_handler(chunk, answers))
@@ -342,7 +342,11 @@ def _read_list_offsets(
                 errors[tp] = error.__name__ if error is not Errors.NoError else "no offset"
 
 
-def _describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
+def _describe_handler(
+    group_ids: list[str], answers: GroupAnswers, describe: Callable[[Any], DescribedGroup]
+) -> Callable[[Any], None]:
+    """Reads a DescribeGroups or ConsumerGroupDescribe answer, keeping each group's error beside it."""
+
     def handle(response: Any) -> None:
         if isinstance(response, BaseException):
             for g in group_ids:
@@ -352,45 +356,37 @@ def _describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[
             error = Errors.for_code(g.error_code)
             if error is not Errors.NoError:
                 answers.errors.setdefault(g.group_id, error(getattr(g, "error_message", None) or ""))
-                continue
-            answers.described[g.group_id] = DescribedGroup(
-                state=g.group_state,
-                protocol_type=g.protocol_type or "",
-                members=tuple(_member(m, g.protocol_type) for m in g.members),
-            )
+            else:
+                answers.described[g.group_id] = describe(g)
 
     return handle
 
 
-def _consumer_group_describe_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
-    def handle(response: Any) -> None:
-        if isinstance(response, BaseException):
-            for g in group_ids:
-                answers.errors.setdefault(g, response)
-            return
-        for g in response.groups:
-            error = Errors.for_code(g.error_code)
-            if error is not Errors.NoError:
-                answers.errors.setdefault(g.group_id, error(g.error_message or ""))
-                continue
-            members = tuple(
-                Member(
-                    member_id=str(m.member_id),
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    assignment=tuple(
-                        TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
-                    ),
-                    subscribed_topics=tuple(m.subscribed_topic_names),
-                )
-                for m in g.members
-            )
-            # KIP-848 states are lower case ("stable"); classic ones capitalised ("Stable"): show them alike.
-            answers.described[g.group_id] = DescribedGroup(
-                state=g.group_state[:1].upper() + g.group_state[1:], protocol_type="consumer", members=members
-            )
+def _classic_group(g: Any) -> DescribedGroup:
+    return DescribedGroup(
+        state=g.group_state,
+        protocol_type=g.protocol_type or "",
+        members=tuple(_member(m, g.protocol_type) for m in g.members),
+    )
 
-    return handle
+
+def _kip848_group(g: Any) -> DescribedGroup:
+    members = tuple(
+        Member(
+            member_id=str(m.member_id),
+            client_id=m.client_id,
+            client_host=m.client_host,
+            assignment=tuple(
+                TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
+            ),
+            subscribed_topics=tuple(m.subscribed_topic_names),
+        )
+        for m in g.members
+    )
+    # KIP-848 states are lower case ("stable"); classic ones capitalised ("Stable"): show them alike.
+    return DescribedGroup(
+        state=g.group_state[:1].upper() + g.group_state[1:], protocol_type="consumer", members=members
+    )
 
 
 def _member(m: Any, protocol_type: str) -> Member:

@@ -42,25 +42,14 @@ def evaluate(
 ) -> Evaluation:
     """`history` must already hold `snapshot` (ClusterHistory.observe)."""
     now = snapshot.taken_at
-    cluster_rules, route = resolver.resolve(snapshot.cluster)
     if not snapshot.ok:
-        findings: list[Finding] = []
-        if cluster_rules.cluster_unreachable.enabled:
-            findings.append(
-                Finding(
-                    rule="cluster_unreachable",
-                    severity=cluster_rules.cluster_unreachable.severity,
-                    cluster=snapshot.cluster,
-                    group=None,
-                    labels={**route, "cluster": snapshot.cluster},
-                    summary=f"cluster {snapshot.cluster} cannot be polled ({snapshot.error_kind}): {snapshot.error}. "
-                    "Lag, stop and expiry rules are suspended until it answers again",
-                    details={"error_kind": snapshot.error_kind, "error": snapshot.error},
-                    for_s=cluster_rules.cluster_unreachable.for_s,
-                    runbook_url=cluster_rules.cluster_unreachable.runbook_url,
-                )
-            )
-        return Evaluation(snapshot.cluster, now, tuple(findings), frozen_groups=None)
+        summary = (
+            f"cluster {snapshot.cluster} cannot be polled ({snapshot.error_kind}): {snapshot.error}. "
+            "Lag, stop and expiry rules are suspended until it answers again"
+        )
+        details = {"error_kind": snapshot.error_kind, "error": snapshot.error}
+        found = _poll_problem(resolver, snapshot.cluster, None, "cluster_unreachable", summary, details)
+        return Evaluation(snapshot.cluster, now, tuple(found), frozen_groups=None)
 
     findings = []
     frozen: set[str] = set()
@@ -69,19 +58,10 @@ def evaluate(
         rules, _ = resolver.resolve(snapshot.cluster, group.group_id)
         if group.error is not None:
             frozen.add(group.group_id)
-            if rules.group_unreadable.enabled:
-                findings.append(
-                    Finding(
-                        rule="group_unreadable",
-                        severity=rules.group_unreadable.severity,
-                        cluster=snapshot.cluster,
-                        group=group.group_id,
-                        labels={**route, "cluster": snapshot.cluster, "group": group.group_id},
-                        summary=f"group {group.group_id} could not be read: {group.error}",
-                        details={"error": group.error},
-                        for_s=rules.group_unreadable.for_s,
-                    )
-                )
+            summary = f"group {group.group_id} could not be read: {group.error}"
+            findings += _poll_problem(
+                resolver, snapshot.cluster, group.group_id, "group_unreadable", summary, {"error": group.error}
+            )
             continue
         lag = group_lag(group, snapshot.partitions, use_last_stable)
         track = history.groups.get(group.group_id)
@@ -92,3 +72,15 @@ def evaluate(
             findings.extend(rule(ctx))
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
     return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), measures)
+
+
+def _poll_problem(
+    resolver: RuleResolver, cluster: str, group: str | None, rule: str, summary: str, details: Mapping[str, object]
+) -> list[Finding]:
+    """A cluster or group that could not be read: one finding, routed by the labels in force for it."""
+    rules, route = resolver.resolve(cluster, group)
+    cfg = getattr(rules, rule)
+    if not cfg.enabled:
+        return []
+    labels = {**route, "cluster": cluster, **({"group": group} if group is not None else {})}
+    return [Finding(rule, cfg.severity, cluster, group, labels, summary, details, cfg.for_s, cfg.runbook_url)]

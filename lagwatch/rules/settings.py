@@ -153,6 +153,9 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+_CACHE_LIMIT = 100_000
+
+
 class RuleResolver:
     """The rules in force for one (cluster, group, topic), computed once per combination."""
 
@@ -165,6 +168,8 @@ class RuleResolver:
     ) -> tuple[RuleSet, dict[str, str]]:
         key = (cluster, group, topic)
         if key not in self._cache:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()  # groups and topics come and go: never let the cache grow without bound
             merged = self.config.base()
             labels = dict(self.config.labels)
             for override in self.config.overrides:
