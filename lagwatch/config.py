@@ -31,6 +31,7 @@ from pydantic_settings import (
 
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
+from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -130,6 +131,8 @@ class ClusterConfig(_Strict):
     # the committed offset (one small Fetch per leader) instead of interpolating. Unset: off.
     exact_lag_seconds_above: int | None = Field(default=None, ge=1)
     exact_lag_seconds_max_partitions: int = Field(default=200, ge=1, le=10000)
+    # Groups whose per-partition series are exported (the rest get group and topic series only): bounds cardinality.
+    partition_metrics: NameFilter = Field(default_factory=NameFilter)
     # How often broker settings (offsets.retention.*) are read again.
     broker_settings_refresh_s: float = Field(default=3600.0, ge=0)
 
@@ -150,12 +153,16 @@ class ClusterConfig(_Strict):
         return servers
 
 
-class LogNotifierConfig(_Strict):
+class HttpConfig(_Strict):
+    """The exporter and the JSON API share one port."""
+
     enabled: bool = True
-
-
-class NotifiersConfig(_Strict):
-    log: LogNotifierConfig = Field(default_factory=LogNotifierConfig)
+    host: str = "0.0.0.0"
+    port: int = Field(default=9308, ge=0, le=65535)  # 0: any free port (tests)
+    # Bearer token for the write endpoints (silences); without one, they are disabled.
+    write_token: SecretStr | None = None
+    # Bearer token for the read endpoints of the API (/api/v1/...); without one, reads are open.
+    read_token: SecretStr | None = None
 
 
 class Settings(BaseSettings):
@@ -170,7 +177,8 @@ class Settings(BaseSettings):
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
-    notifiers: NotifiersConfig = Field(default_factory=lambda: NotifiersConfig())
+    notifiers: NotifiersConfig = Field(default_factory=NotifiersConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
     state_dir: Path = Path("state")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "text"] = "auto"

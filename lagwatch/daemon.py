@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
@@ -23,30 +22,15 @@ from lagwatch.alerts import AlertBook
 from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory
-from lagwatch.model import ClusterSnapshot
-from lagwatch.notify import Dispatcher, LogNotifier, Notifier, Outbox
+from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
 from lagwatch.rules import Evaluation, RuleResolver, evaluate
+from lagwatch.runtime import ClusterRuntime
+from lagwatch.serve import metrics
+from lagwatch.serve.http import HttpServer
 from lagwatch.state import StateStore
 
 log = logging.getLogger("lagwatch.daemon")
 TICK_S = 5.0  # how often alert groups are checked for due notifications between polls
-
-
-@dataclass
-class ClusterRuntime:
-    name: str
-    config: ClusterConfig
-    poller: Any  # ClusterPoller, or anything with poll() -> ClusterSnapshot and close()
-    history: ClusterHistory
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    latest: ClusterSnapshot | None = None
-    evaluation: Evaluation | None = None
-    last_success: float | None = None
-    polls: int = 0
-    failed_polls: int = 0
-    skipped_polls: int = 0  # due while the previous poll still ran (EVENT_JOB_MAX_INSTANCES)
-    missed_polls: int = 0  # too late to start within the misfire grace time
-    history_saved_at: float = 0.0
 
 
 class Daemon:
@@ -65,6 +49,7 @@ class Daemon:
         self.book_lock = threading.RLock()
         self.book, self.outbox = self._load_alerts()
         self.notifiers: dict[str, Notifier] = dict(notifiers) if notifiers is not None else self._configured_notifiers()
+        self.routes = {name: route for name, (_, route) in build_notifiers(settings).items() if name in self.notifiers}
         self.dispatcher = Dispatcher(self.outbox, self.notifiers, self.save_alerts, clock)
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name))
@@ -76,15 +61,15 @@ class Daemon:
             timezone="UTC",
         )
         self.scheduler.add_listener(self._on_job_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED | EVENT_JOB_ERROR)
-        self.on_poll: list[Callable[[ClusterRuntime], None]] = []  # exporter, demo table, tests
+        self.on_poll: list[Callable[[ClusterRuntime], None]] = []  # demo table, tests
+        self._metrics = b""
+        self._metrics_lock = threading.Lock()
+        self.http: HttpServer | None = None
 
     # -- state ------------------------------------------------------------------------------------------------------
 
     def _configured_notifiers(self) -> dict[str, Notifier]:
-        notifiers: dict[str, Notifier] = {}
-        if self.settings.notifiers.log.enabled:
-            notifiers["log"] = LogNotifier()
-        return notifiers
+        return {name: notifier for name, (notifier, _) in build_notifiers(self.settings).items()}
 
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:
         raw = self.store.read_alerts() or {}
@@ -147,10 +132,26 @@ class Daemon:
                 **({"error_kind": snapshot.error_kind, "error": snapshot.error} if not snapshot.ok else {}),
             },
         )
+        self.render_metrics()
         if self.clock() - runtime.history_saved_at >= self.settings.history_save_interval_s:
             self.save_history(runtime)
         for callback in self.on_poll:
             callback(runtime)
+
+    def render_metrics(self) -> None:
+        """Once per poll, so that a scrape (or two Prometheus replicas) costs nothing but sending bytes."""
+        with self.book_lock:
+            alerts = list(self.book.alerts.values())
+        stats = {
+            "queued": self.outbox.pending(),
+            "delivered": self.dispatcher.delivered,
+            "failed": self.dispatcher.failed_attempts,
+        }
+        with self._metrics_lock:
+            self._metrics = metrics.render(self.clusters.values(), alerts, stats)
+
+    def metrics_body(self) -> bytes:
+        return self._metrics
 
     def _alert(self, evaluation: Evaluation) -> None:
         with self.book_lock:
@@ -163,8 +164,10 @@ class Daemon:
             self._flush(self.clock())
 
     def _flush(self, now: float) -> None:
-        notifications = self.book.due(now)
-        self.outbox.add(notifications, list(self.notifiers))
+        for n in self.book.due(now):
+            self.outbox.add(
+                [n], [name for name in self.notifiers if name not in self.routes or self.routes[name].accepts(n)]
+            )
         # Saved before any delivery starts: a crash now re-sends from the outbox rather than deciding again.
         self.save_alerts()
 
@@ -182,6 +185,10 @@ class Daemon:
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
     def start(self) -> Daemon:
+        self.render_metrics()
+        if self.settings.http.enabled:
+            self.http = HttpServer(self).start()
+            log.info("http listening", extra={"address": self.http.address})
         self.dispatcher.start()
         for name, runtime in self.clusters.items():
             interval = runtime.config.poll_interval_s
@@ -203,6 +210,8 @@ class Daemon:
         """Stops polling, waits up to `grace_s` for polls under way, then saves everything."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        if self.http is not None:
+            self.http.stop()
         deadline = time.monotonic() + grace_s
         for runtime in self.clusters.values():
             if runtime.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):

@@ -17,6 +17,7 @@ from tests.live import Background, Recorder, commit
 
 pytestmark = pytest.mark.kafka
 
+LOOPBACK = {"host": "127.0.0.1", "port": 0}
 FAST_RULES = {
     "lag": {"warning": {"offsets": 10**9}, "critical": {"offsets": 10**9}},
     "stalled": {"window_s": 5},
@@ -30,7 +31,7 @@ FAST_RULES = {
 
 def daemon_for(bootstrap: str, prefix: str, state_dir: Path, recorder: Recorder, rules: dict | None = None) -> Daemon:
     settings = load_settings(
-        rules=rules or FAST_RULES, alerts={"group_wait_s": 0, "group_interval_s": 1}, state_dir=state_dir
+        rules=rules or FAST_RULES, alerts={"group_wait_s": 0, "group_interval_s": 1}, state_dir=state_dir, http=LOOPBACK
     )
     cluster = ClusterConfig(
         bootstrap_servers=[bootstrap],
@@ -227,6 +228,7 @@ def test_sigkill_mid_incident_then_restart_sends_no_second_firing(bootstrap: str
                 },
                 "rules": FAST_RULES,
                 "alerts": {"group_wait_s": 0, "group_interval_s": 1},
+                "http": LOOPBACK,
             }
         )
     )
@@ -267,7 +269,7 @@ def test_slow_cluster_never_delays_another_and_skipped_polls_are_counted(bootstr
     with socket.socket() as s:  # a port nobody listens on: every poll of that cluster waits out its timeout
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    settings = load_settings(rules=FAST_RULES, state_dir=tmp_path / "state")
+    settings = load_settings(rules=FAST_RULES, state_dir=tmp_path / "state", http=LOOPBACK)
     clusters = {
         "healthy": ClusterConfig(
             bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=["none-.*"])

@@ -11,7 +11,19 @@ CORE = [PACKAGE / "model.py", *(path for name in CORE_PACKAGES for path in sorte
 ALLOWED_PREFIXES = (
     *(f"lagwatch.{name}" for name in ("model", *CORE_PACKAGES)),
     "pydantic",  # the settings models (config types) of rules and alerts
-    *("__future__", "collections", "dataclasses", "enum", "typing", "math", "bisect", "re", "datetime", "itertools"),
+    *(
+        "__future__",
+        "collections",
+        "dataclasses",
+        "enum",
+        "typing",
+        "math",
+        "bisect",
+        "re",
+        "datetime",
+        "itertools",
+        "functools",
+    ),
 )
 FORBIDDEN_CALLS = {"time", "monotonic", "now", "open", "utcnow"}
 

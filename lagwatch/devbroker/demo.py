@@ -62,6 +62,7 @@ def start_demo(settings: Any, cleanup: ExitStack) -> Any:
             "rules": rules,
             "alerts": alerts,
             "state_dir": state_dir,
+            "http": settings.http.model_copy(update={"host": "127.0.0.1"}),
         }
     )
 

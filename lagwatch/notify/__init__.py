@@ -1,8 +1,42 @@
 """EDGE: delivery of notifications (outbox, dispatcher thread, notifiers)."""
 
+from typing import Any
+
 from lagwatch.notify.base import DeliveryError, Notifier
 from lagwatch.notify.dispatcher import Dispatcher
 from lagwatch.notify.log import LogNotifier
 from lagwatch.notify.outbox import Delivery, Outbox
+from lagwatch.notify.settings import NotifiersConfig, Route
 
-__all__ = ["Delivery", "DeliveryError", "Dispatcher", "LogNotifier", "Notifier", "Outbox"]
+
+def build_notifiers(settings: Any) -> dict[str, tuple[Notifier, Route]]:
+    """Every enabled notifier of the configuration, by name, with its route."""
+    from lagwatch.notify.slack import SlackNotifier, SlackWebhookNotifier
+    from lagwatch.notify.webhook import WebhookNotifier
+
+    cfg: NotifiersConfig = settings.notifiers
+    out: dict[str, tuple[Notifier, Route]] = {}
+    if cfg.log.enabled:
+        out["log"] = (LogNotifier(), cfg.log.route)
+    if cfg.slack is not None and cfg.slack.enabled:
+        out["slack"] = (SlackNotifier("slack", cfg.slack), cfg.slack.route)
+    if cfg.slack_webhook is not None and cfg.slack_webhook.enabled:
+        out["slack_webhook"] = (SlackWebhookNotifier("slack_webhook", cfg.slack_webhook), cfg.slack_webhook.route)
+    hold = 1.5 * settings.alerts.repeat_interval_s
+    for name, hook in cfg.webhooks.items():
+        if hook.enabled:
+            out[f"webhook:{name}"] = (WebhookNotifier(f"webhook:{name}", hook, hold), hook.route)
+    return out
+
+
+__all__ = [
+    "Delivery",
+    "DeliveryError",
+    "Dispatcher",
+    "LogNotifier",
+    "Notifier",
+    "NotifiersConfig",
+    "Outbox",
+    "Route",
+    "build_notifiers",
+]

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
 from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot
 from lagwatch.rules.settings import RuleResolver, RuleSet
+
+if TYPE_CHECKING:
+    from lagwatch.rules.expiry import Outlook
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,13 @@ class GroupContext:
     @property
     def cluster(self) -> str:
         return self.snapshot.cluster
+
+    @cached_property
+    def expiry(self) -> Outlook | None:
+        """When this group's offsets can expire (computed once: the expiry rule and the exporter both use it)."""
+        from lagwatch.rules.expiry import outlook
+
+        return outlook(self)
 
     def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
         return self.resolver.resolve(self.cluster, self.group.group_id, topic)

@@ -31,6 +31,7 @@ class Evaluation:
     # Groups whose alerts must neither fire nor resolve this time (nothing reliable was read); None: all of them.
     frozen_groups: frozenset[str] | None
     measures: Mapping[str, GroupMeasure] = field(default_factory=dict)
+    expiries: Mapping[str, float] = field(default_factory=dict)  # group -> earliest time its offsets can expire
 
 
 def evaluate(
@@ -54,6 +55,7 @@ def evaluate(
     findings = []
     frozen: set[str] = set()
     measures: dict[str, GroupMeasure] = {}
+    expiries: dict[str, float] = {}
     for group in snapshot.groups:
         rules, _ = resolver.resolve(snapshot.cluster, group.group_id)
         if group.error is not None:
@@ -70,8 +72,10 @@ def evaluate(
         ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active)
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
+        if ctx.expiry is not None:
+            expiries[group.group_id] = ctx.expiry.expires_at
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
-    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), measures)
+    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), measures, expiries)
 
 
 def _poll_problem(

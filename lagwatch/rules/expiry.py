@@ -98,32 +98,50 @@ def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], 
     return [], ""
 
 
-def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
+@dataclass(frozen=True)
+class Outlook:
+    """When a group's committed offsets can expire: (expiry time, partition, clock) earliest first."""
+
+    rows: tuple[tuple[float, TopicPartition, Clock], ...]
+    retention: Retention
+    counted_from: str
+
+    @property
+    def expires_at(self) -> float:
+        return self.rows[0][0]
+
+    def fraction(self, now: float, expires_at: float | None = None) -> float:
+        at = self.expires_at if expires_at is None else expires_at
+        return (now - (at - self.retention.seconds)) / self.retention.seconds
+
+
+def outlook(ctx: GroupContext) -> Outlook | None:
     rules, _ = ctx.rules()
-    if not rules.expiry.enabled:
-        return
     candidates, counted_from = _candidates(ctx)
     if not candidates:
-        return
+        return None
     retention = retention_for(ctx.snapshot, ctx.group.coordinator_id, rules.expiry.retention_minutes)
     rows = []
     for tp, clock in candidates:
         start = clock.since if clock.observed else clock.since - retention.seconds
         rows.append((start + retention.seconds, tp, clock))
-    rows.sort()
-    expires_at = rows[0][0]
-    fraction = (ctx.now - (expires_at - retention.seconds)) / retention.seconds
+    return Outlook(tuple(sorted(rows)), retention, counted_from)
+
+
+def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
+    rules, _ = ctx.rules()
+    view = ctx.expiry
+    if not rules.expiry.enabled or view is None:
+        return
+    rows, retention, counted_from, expires_at = view.rows, view.retention, view.counted_from, view.expires_at
+    fraction = view.fraction(ctx.now)
     if fraction >= rules.expiry.critical_fraction:
         severity = "critical"
     elif fraction >= rules.expiry.warning_fraction:
         severity = "warning"
     else:
         return
-    due = [
-        tp
-        for at, tp, _ in rows
-        if (ctx.now - (at - retention.seconds)) / retention.seconds >= rules.expiry.warning_fraction
-    ]
+    due = [tp for at, tp, _ in rows if view.fraction(ctx.now, at) >= rules.expiry.warning_fraction]
     lags = {(p.topic, p.partition): p for p in ctx.measure.lag.partitions}
     skipped = sum(lags[tp].lag or 0 for tp in due if tp in lags)
     replay = sum(

@@ -1,0 +1,127 @@
+"""Words and Block Kit for a notification, shared by the Slack notifiers. Within Slack's limits: at most 50 blocks,
+3000 characters per section, 10 fields."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from lagwatch.alerts import Notification
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_ALERT_SECTIONS = 10
+_ICON = {
+    "critical": ":red_circle:",
+    "warning": ":large_orange_circle:",
+    "info": ":large_blue_circle:",
+    "resolved": ":white_check_mark:",
+}
+
+
+def _cut(text: str, limit: int = MAX_SECTION) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def title(n: Notification) -> str:
+    where = " / ".join(v for v in (n.group_labels.get("cluster"), n.group_labels.get("group")) if v) or n.group_key
+    state = "RESOLVED" if n.kind == "resolved" else n.severity.upper()
+    return f"{state}: {where}"
+
+
+def fallback_text(n: Notification) -> str:
+    """The plain text that notifications, screen readers and old clients show."""
+    rules = ", ".join(sorted({a["rule"] for a in (n.firing or n.alerts)}))
+    first = (n.firing or list(n.alerts))[0]["summary"] if n.alerts else ""
+    return _cut(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", 3000)
+
+
+def _figures(a: dict[str, Any]) -> list[str]:
+    d = a.get("details", {})
+    out = []
+    if d.get("lag") is not None:
+        out.append(f"*Lag:* {d['lag']:,} records")
+    if d.get("lag_seconds") is not None:
+        out.append(f"*Lag:* {_duration(float(d['lag_seconds']))}")
+    if d.get("eta_s") is not None:
+        out.append(f"*Catch-up ETA:* {_duration(float(d['eta_s']))}")
+    elif d.get("falling_behind"):
+        out.append("*Catch-up ETA:* never (falling behind)")
+    if d.get("expires_at") is not None:
+        out.append(
+            f"*Offsets expire:* <!date^{int(d['expires_at'])}^{{date_short_pretty}} {{time}}|{_iso(float(d['expires_at']))}>"
+        )
+    worst = d.get("worst_partitions") or []
+    if worst:
+        out.append(
+            "*Worst partitions:* "
+            + ", ".join(f"{p['partition']}: {p['lag']:,}" for p in worst[:5] if p.get("lag") is not None)
+        )
+    return out
+
+
+def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, Any]]:
+    icon = _ICON.get("resolved" if n.kind == "resolved" else n.severity, "")
+    out: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _cut(f"{title(n)}", 150)}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Cluster:*\n{n.group_labels.get('cluster', '-')}"},
+                {"type": "mrkdwn", "text": f"*Group:*\n{n.group_labels.get('group') or '(cluster)'}"},
+                {"type": "mrkdwn", "text": f"*Severity:*\n{icon} {n.severity}"},
+                {"type": "mrkdwn", "text": f"*Firing:*\n{len(n.firing)} alert(s)"},
+            ],
+        },
+    ]
+    shown = list(n.alerts)[:MAX_ALERT_SECTIONS]
+    for a in shown:
+        mark = ":white_check_mark: resolved" if a["state"] == "resolved" else a["severity"]
+        lines = [f"*{a['rule']}* ({mark}): {a['summary']}", *_figures(a)]
+        if a.get("runbook_url"):
+            lines.append(f"<{a['runbook_url']}|Runbook>")
+        out.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines))}})
+    if len(n.alerts) > len(shown):
+        out.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"and {len(n.alerts) - len(shown)} more alert(s)"}],
+            }
+        )
+    if grafana_url:
+        try:
+            url = grafana_url.format(**{k: v or "" for k, v in n.group_labels.items()})
+        except (KeyError, IndexError, ValueError):
+            url = grafana_url
+        out.append(
+            {
+                "type": "actions",
+                "elements": [{"type": "button", "text": {"type": "plain_text", "text": "Dashboard"}, "url": url}],
+            }
+        )
+    out.append(
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"lagwatch · {n.kind} · #{n.id} · {_iso(n.created_at)}"}],
+        }
+    )
+    return out[:MAX_BLOCKS]
+
+
+def thread_text(n: Notification) -> str:
+    if n.kind == "resolved":
+        return f":white_check_mark: Resolved: {', '.join(sorted({a['rule'] for a in n.alerts}))}"
+    return (
+        f"Still firing ({n.kind}): "
+        + "; ".join(f"{a['rule']} ({a['severity']}): {a['summary']}" for a in n.firing)[:2900]
+    )
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _duration(seconds: float) -> str:
+    from lagwatch.rules.text import duration
+
+    return duration(seconds)

@@ -1,0 +1,81 @@
+"""Notifier configuration. Tokens and webhook URLs are secrets (SecretStr): never logged, printed or exported."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from lagwatch.alerts import Notification
+
+_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Route(_Strict):
+    """Which notifications a notifier takes: at least `min_severity`, and group labels matching `matchers`."""
+
+    min_severity: Literal["info", "warning", "critical"] = "info"
+    matchers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("matchers")
+    @classmethod
+    def _compiles(cls, matchers: dict[str, str]) -> dict[str, str]:
+        for label, pattern in matchers.items():
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"{label}: invalid regex {pattern!r}: {e}") from None
+        return matchers
+
+    def accepts(self, n: Notification) -> bool:
+        # A resolution follows the notifications that went out for the same group, whatever its severity now.
+        severities = [a["severity"] for a in n.alerts]
+        worst = max((_RANK.get(s, 0) for s in severities), default=0)
+        if n.kind != "resolved" and worst < _RANK[self.min_severity]:
+            return False
+        labels = {**n.group_labels, **(n.alerts[0]["labels"] if n.alerts else {})}
+        return all(re.fullmatch(p, labels.get(k, "")) for k, p in self.matchers.items())
+
+
+class NotifierCommon(_Strict):
+    enabled: bool = True
+    route: Route = Field(default_factory=Route)
+    timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+
+class SlackConfig(NotifierCommon):
+    token: SecretStr  # bot token (xoxb-...), from the environment or the secrets directory
+    base_url: str = "https://slack.com/api/"
+    default_channel: str
+    channel_label: str | None = "slack_channel"  # an alert label naming its channel (set by rule overrides)
+    channels_by_label: dict[str, dict[str, str]] = Field(default_factory=dict)  # e.g. {team: {payments: "#pay"}}
+    rule_channels: dict[str, str] = Field(default_factory=dict)  # e.g. {expiry: "#kafka-platform"}
+    grafana_url: str | None = None  # template with {cluster} and {group}
+
+
+class SlackWebhookConfig(NotifierCommon):
+    url: SecretStr
+    grafana_url: str | None = None
+
+
+class WebhookConfig(NotifierCommon):
+    url: str
+    bearer_token: SecretStr | None = None
+    format: Literal["lagwatch", "alertmanager"] = "lagwatch"  # alertmanager: POST {url}/api/v2/alerts
+
+
+class LogNotifierConfig(_Strict):
+    enabled: bool = True
+    route: Route = Field(default_factory=Route)
+
+
+class NotifiersConfig(_Strict):
+    log: LogNotifierConfig = Field(default_factory=LogNotifierConfig)
+    slack: SlackConfig | None = None
+    slack_webhook: SlackWebhookConfig | None = None
+    webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)

@@ -1,0 +1,95 @@
+"""Generic JSON webhook, and Alertmanager's push API (POST /api/v2/alerts), over plain HTTP(S).
+
+The lagwatch webhook body (schema version 1):
+  {"version": 1, "id", "kind": firing|update|repeat|resolved, "severity", "group_key", "group_labels": {...},
+   "created_at": epoch seconds, "alerts": [{"rule", "severity", "state", "labels", "summary", "details",
+   "started_at", "fired_at", "resolved_at", "runbook_url"}]}
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+from lagwatch.alerts import Notification
+from lagwatch.notify.base import DeliveryError
+from lagwatch.notify.settings import WebhookConfig
+
+_FIELDS = (
+    "rule",
+    "severity",
+    "state",
+    "labels",
+    "summary",
+    "details",
+    "started_at",
+    "fired_at",
+    "resolved_at",
+    "runbook_url",
+)
+
+
+def lagwatch_body(n: Notification) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "id": n.id,
+        "kind": n.kind,
+        "severity": n.severity,
+        "group_key": n.group_key,
+        "group_labels": n.group_labels,
+        "created_at": n.created_at,
+        "alerts": [{k: a.get(k) for k in _FIELDS} for a in n.alerts],
+    }
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def alertmanager_body(n: Notification, hold_s: float) -> list[dict[str, Any]]:
+    """Firing alerts hold for `hold_s` unless lagwatch sends them again; resolved ones end at their resolution."""
+    out = []
+    for a in n.alerts:
+        ends = a["resolved_at"] if a["state"] == "resolved" and a.get("resolved_at") else n.created_at + hold_s
+        annotations = {"summary": a["summary"]}
+        if a.get("runbook_url"):
+            annotations["runbook_url"] = a["runbook_url"]
+        out.append(
+            {
+                "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": a["severity"], **a["labels"]},
+                "annotations": annotations,
+                "startsAt": _iso(a.get("fired_at") or a["started_at"]),
+                "endsAt": _iso(ends),
+            }
+        )
+    return out
+
+
+class WebhookNotifier:
+    def __init__(self, name: str, config: WebhookConfig, alertmanager_hold_s: float = 3 * 3600) -> None:
+        self.name = name
+        self.config = config
+        self.hold_s = alertmanager_hold_s
+
+    def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        if self.config.format == "alertmanager":
+            url = self.config.url.rstrip("/") + "/api/v2/alerts"
+            body: Any = alertmanager_body(notification, self.hold_s)
+        else:
+            url, body = self.config.url, lagwatch_body(notification)
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("User-Agent", "lagwatch")
+        if self.config.bearer_token is not None:
+            request.add_header("Authorization", f"Bearer {self.config.bearer_token.get_secret_value()}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
+                response.read()
+        except urllib.error.HTTPError as e:
+            raise DeliveryError(f"webhook {self.name}: HTTP {e.code}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise DeliveryError(f"webhook {self.name}: {getattr(e, 'reason', e)}") from None
+        return None

@@ -1,0 +1,29 @@
+"""What the daemon knows of one cluster at run time: its poller, history, latest poll and counters."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagwatch.config import ClusterConfig
+from lagwatch.history import ClusterHistory
+from lagwatch.model import ClusterSnapshot
+from lagwatch.rules import Evaluation
+
+
+@dataclass
+class ClusterRuntime:
+    name: str
+    config: ClusterConfig
+    poller: Any  # ClusterPoller, or anything with poll() -> ClusterSnapshot and close()
+    history: ClusterHistory
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    latest: ClusterSnapshot | None = None
+    evaluation: Evaluation | None = None
+    last_success: float | None = None
+    polls: int = 0
+    failed_polls: int = 0
+    skipped_polls: int = 0  # due while the previous poll still ran (EVENT_JOB_MAX_INSTANCES)
+    missed_polls: int = 0  # too late to start within the misfire grace time
+    history_saved_at: float = 0.0

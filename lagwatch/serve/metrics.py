@@ -1,0 +1,189 @@
+"""The Prometheus exposition, rendered once per poll from every cluster's latest state (never per scrape).
+
+Series of groups and partitions that vanish are simply not rendered at the next poll. No value is ever NaN or
+Inf: a figure lagwatch does not know is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+from lagwatch.alerts import Alert
+from lagwatch.runtime import ClusterRuntime
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Families:
+    """Metric families filled in one pass over every cluster, so each family is written once."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+
+    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        if name not in self.families:
+            self.families[name] = GaugeMetricFamily(f"lagwatch_{name}", doc, labels=labels)
+        return self.families[name]  # type: ignore[return-value]
+
+    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        if name not in self.families:
+            self.families[name] = CounterMetricFamily(f"lagwatch_{name}", doc, labels=labels)
+        return self.families[name]  # type: ignore[return-value]
+
+    def set(self, family: Any, labels: list[str], value: float | int | None) -> None:
+        if value is not None and math.isfinite(value):
+            family.add_metric(labels, float(value))
+
+
+def _cluster(f: _Families, rt: ClusterRuntime) -> None:
+    c = rt.name
+    snap = rt.latest
+    f.set(
+        f.gauge("cluster_up", "1 if the last poll of the cluster succeeded", ["cluster"]),
+        [c],
+        1 if snap and snap.ok else 0,
+    )
+    f.set(
+        f.gauge("cluster_last_success_timestamp_seconds", "When the last successful poll began", ["cluster"]),
+        [c],
+        rt.last_success,
+    )
+    f.set(f.counter("cluster_polls", "Polls done", ["cluster"]), [c], rt.polls)
+    f.set(f.counter("cluster_poll_failures", "Polls that failed as a whole", ["cluster"]), [c], rt.failed_polls)
+    f.set(
+        f.counter(
+            "cluster_polls_skipped", "Polls not run: the previous one still ran, or started too late", ["cluster"]
+        ),
+        [c],
+        rt.skipped_polls + rt.missed_polls,
+    )
+    if snap is None:
+        return
+    f.set(f.gauge("cluster_poll_duration_seconds", "Wall time of the last poll", ["cluster"]), [c], snap.duration_s)
+    requests = f.gauge("cluster_poll_requests", "Kafka requests sent by the last poll, by API", ["cluster", "api"])
+    for api, n in sorted(snap.requests.items()):
+        f.set(requests, [c, api], n)
+    if not snap.ok:
+        return
+    f.set(f.gauge("cluster_groups", "Consumer groups watched", ["cluster"]), [c], len(snap.groups))
+    evaluation = rt.evaluation
+    if evaluation is None:
+        return
+    log_end = f.gauge("partition_log_end_offset", "Log-end offset (high watermark)", ["cluster", "topic", "partition"])
+    log_start = f.gauge("partition_log_start_offset", "Log-start offset", ["cluster", "topic", "partition"])
+    exported_partitions = set()
+    for group in snap.groups:
+        g = group.group_id
+        f.set(f.gauge("group_members", "Members of the group", ["cluster", "group"]), [c, g], len(group.members))
+        f.set(
+            f.gauge("group_state", "1 for the group's current state", ["cluster", "group", "state", "kind"]),
+            [c, g, group.state, group.kind.value],
+            1,
+        )
+        m = evaluation.measures.get(g)
+        expires_at = evaluation.expiries.get(g)
+        if expires_at is not None:
+            f.set(
+                f.gauge(
+                    "group_offset_expiry_seconds",
+                    "Seconds until the group's committed offsets can expire (earliest)",
+                    ["cluster", "group"],
+                ),
+                [c, g],
+                max(0.0, expires_at - snap.taken_at),
+            )
+        if m is None:
+            continue
+        f.set(f.gauge("group_lag_sum", "Records behind, all partitions", ["cluster", "group"]), [c, g], m.lag.sum_lag)
+        f.set(f.gauge("group_lag_max", "Records behind, worst partition", ["cluster", "group"]), [c, g], m.lag.max_lag)
+        f.set(
+            f.gauge("group_lag_seconds_max", "Seconds behind, worst partition", ["cluster", "group"]),
+            [c, g],
+            m.max_lag_seconds,
+        )
+        f.set(
+            f.gauge("group_catchup_eta_seconds", "Time to catch up at current rates", ["cluster", "group"]),
+            [c, g],
+            m.eta_s,
+        )
+        f.set(
+            f.gauge("group_consumption_rate", "Records/s the group commits", ["cluster", "group"]),
+            [c, g],
+            m.consumption_rate,
+        )
+        f.set(
+            f.gauge("group_production_rate", "Records/s produced to its partitions", ["cluster", "group"]),
+            [c, g],
+            m.production_rate,
+        )
+        for t in m.lag.topics:
+            f.set(
+                f.gauge("group_topic_lag_sum", "Records behind on a topic", ["cluster", "group", "topic"]),
+                [c, g, t.topic],
+                t.sum_lag,
+            )
+            f.set(
+                f.gauge(
+                    "group_topic_lag_max", "Records behind on a topic, worst partition", ["cluster", "group", "topic"]
+                ),
+                [c, g, t.topic],
+                t.max_lag,
+            )
+            seconds = [
+                p.lag_time.seconds
+                for p in m.partitions
+                if p.partition.topic == t.topic and p.lag_time.seconds is not None
+            ]
+            f.set(
+                f.gauge(
+                    "group_topic_lag_seconds_max",
+                    "Seconds behind on a topic, worst partition",
+                    ["cluster", "group", "topic"],
+                ),
+                [c, g, t.topic],
+                max(seconds) if seconds else None,
+            )
+        if not rt.config.partition_metrics.matches(g):
+            continue
+        labels = ["cluster", "group", "topic", "partition"]
+        for pm in m.partitions:
+            p = pm.partition
+            key = [c, g, p.topic, str(p.partition)]
+            f.set(f.gauge("partition_committed_offset", "Committed offset", labels), key, p.committed)
+            f.set(f.gauge("partition_lag", "Records behind on the partition", labels), key, p.lag)
+            f.set(f.gauge("partition_lag_seconds", "Seconds behind on the partition", labels), key, pm.lag_time.seconds)
+            exported_partitions.add((p.topic, p.partition))
+    for (topic, partition), offsets in sorted(snap.partitions.items()):
+        if (topic, partition) in exported_partitions:
+            f.set(log_end, [c, topic, str(partition)], offsets.log_end)
+            f.set(log_start, [c, topic, str(partition)], offsets.log_start)
+
+
+def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]) -> bytes:
+    f = _Families()
+    for rt in clusters:
+        _cluster(f, rt)
+    firing = f.gauge("alerts_firing", "Firing alerts by rule and severity", ["cluster", "rule", "severity"])
+    counts: dict[tuple[str, str, str], int] = {}
+    for a in alerts:
+        if a.state == "firing":
+            key = (a.cluster, a.rule, a.severity)
+            counts[key] = counts.get(key, 0) + 1
+    for (cluster, rule, severity), n in sorted(counts.items()):
+        f.set(firing, [cluster, rule, severity], n)
+    f.set(f.gauge("notifications_queued", "Notifications waiting for delivery", []), [], notify_stats.get("queued", 0))
+    f.set(f.counter("notifications_delivered", "Notifications delivered", []), [], notify_stats.get("delivered", 0))
+    f.set(
+        f.counter("notification_failures", "Failed delivery attempts (retried)", []), [], notify_stats.get("failed", 0)
+    )
+
+    class _Collector:
+        def collect(self) -> Iterator[Metric]:
+            yield from f.families.values()
+
+    return generate_latest(_Collector())

@@ -1,0 +1,114 @@
+"""A Slack-Web-API-compatible server on loopback (what slack-sdk's base_url points at in the tests).
+
+It records every call, and can be told to answer 429 with Retry-After, 500, or slowly, or to be down altogether.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+
+@dataclass
+class Call:
+    method: str
+    args: dict[str, Any]
+    at: float
+    status: int
+
+
+@dataclass
+class FakeSlack:
+    port: int = 0
+    calls: list[Call] = field(default_factory=list)
+    rate_limit_next: int = 0  # answer the next N calls with 429 + Retry-After
+    retry_after: int = 1
+    fail_next: int = 0  # answer the next N calls with 500
+    delay_s: float = 0.0
+    token: str = "xoxb-test-Token-42"
+    _ts: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    def delivered(self, method: str | None = None) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.status == 200 and (method is None or c.method == method)]
+
+    def start(self) -> FakeSlack:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length).decode()
+                if "json" in self.headers.get("Content-Type", ""):
+                    args = json.loads(raw or "{}")
+                else:
+                    args = {k: v[-1] for k, v in parse_qs(raw).items()}
+                    if isinstance(args.get("blocks"), str):
+                        args["blocks"] = json.loads(args["blocks"])
+                method = self.path.rsplit("/", 1)[-1]
+                status, body, headers = fake._answer(method, args, self.headers.get("Authorization", ""))
+                if fake.delay_s:
+                    time.sleep(fake.delay_s)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _answer(self, method: str, args: dict[str, Any], auth: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+        with self._lock:
+            if self.rate_limit_next > 0:
+                self.rate_limit_next -= 1
+                self.calls.append(Call(method, args, time.monotonic(), 429))
+                return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(self.retry_after)}
+            if self.fail_next > 0:
+                self.fail_next -= 1
+                self.calls.append(Call(method, args, time.monotonic(), 500))
+                return 500, {"ok": False, "error": "internal_error"}, {}
+            if auth != f"Bearer {self.token}":
+                self.calls.append(Call(method, args, time.monotonic(), 200))
+                return 200, {"ok": False, "error": "invalid_auth"}, {}
+            self.calls.append(Call(method, args, time.monotonic(), 200))
+            if method == "chat.postMessage":
+                self._ts += 1
+                return (
+                    200,
+                    {
+                        "ok": True,
+                        "channel": "C" + str(abs(hash(args.get("channel"))) % 10**6),
+                        "ts": f"1700000000.{self._ts:06d}",
+                    },
+                    {},
+                )
+            if method == "chat.update":
+                return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
+            return 200, {"ok": False, "error": "unknown_method"}, {}

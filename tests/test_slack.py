@@ -1,0 +1,209 @@
+"""Slack delivery against a Slack-Web-API-compatible server on loopback: threads, updates, 429, 500, outages,
+restarts, pacing and routing. The notifications come from the real alert lifecycle."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from lagwatch.alerts import AlertBook, AlertsConfig, Notification
+from lagwatch.model import Finding
+from lagwatch.notify import Dispatcher, Outbox, dispatcher
+from lagwatch.notify.settings import SlackConfig
+from lagwatch.notify.slack import SlackNotifier
+from tests.conftest import wait_for
+from tests.fake_slack import FakeSlack
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack().start()
+    yield fake
+    fake.stop()
+
+
+def notifier(fake: FakeSlack, **extra: object) -> SlackNotifier:
+    cfg = SlackConfig.model_validate(
+        {"token": fake.token, "base_url": fake.base_url, "default_channel": "#kafka", **extra}
+    )
+    return SlackNotifier("slack", cfg)
+
+
+def finding(rule: str, group: str = "payments", severity: str = "warning", **labels: str) -> Finding:
+    return Finding(
+        rule,
+        severity,
+        "prod",
+        group,
+        {"cluster": "prod", "group": group, **labels},
+        f"{rule} on {group}",
+        {"lag": 1234, "lag_seconds": 95.0, "eta_s": None, "falling_behind": True},
+    )
+
+
+class Lifecycle:
+    """The real alert book, stepping through time; what it decides goes to an outbox."""
+
+    def __init__(self) -> None:
+        self.book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0))
+        self.outbox = Outbox()
+
+    def step(self, findings: list[Finding], now: float) -> list[Notification]:
+        self.book.apply("prod", findings, frozenset(), now)
+        notes = self.book.due(now)
+        self.outbox.add(notes, ["slack"])
+        return notes
+
+
+def deliver(outbox: Outbox, n: SlackNotifier, timeout: float = 20) -> Dispatcher:
+    d = Dispatcher(outbox, {"slack": n}, persist=lambda: None).start()
+    wait_for(lambda: outbox.pending() == 0, timeout=timeout, interval=0.05, what="delivery")
+    d.stop()
+    return d
+
+
+def test_firing_then_update_in_place_then_resolved_in_thread(slack: FakeSlack) -> None:
+    life = Lifecycle()
+    n = notifier(slack)
+    assert [x.kind for x in life.step([finding("lag")], 0)] == ["firing"]
+    deliver(life.outbox, n)
+    assert [x.kind for x in life.step([finding("lag"), finding("stalled", severity="critical")], 30)] == ["update"]
+    deliver(life.outbox, n)
+    assert [x.kind for x in life.step([], 60)] == ["resolved"]
+    deliver(life.outbox, n)
+    calls = [(c.method, c.args.get("channel"), c.args.get("ts"), c.args.get("thread_ts")) for c in slack.delivered()]
+    first = slack.delivered("chat.postMessage")[0]
+    channel_id, ts = "C" + str(abs(hash("#kafka")) % 10**6), "1700000000.000001"
+    assert calls == [
+        ("chat.postMessage", "#kafka", None, None),
+        ("chat.update", channel_id, ts, None),
+        ("chat.update", channel_id, ts, None),
+        ("chat.postMessage", channel_id, None, ts),
+    ]
+    assert first.args["text"].startswith("[FIRING] WARNING: prod / payments (lag)")
+    assert len(first.args["blocks"]) <= 50 and first.args["blocks"][0]["type"] == "header"
+    section = json.dumps(first.args["blocks"])
+    assert "1,234 records" in section and "1m" in section and "never (falling behind)" in section
+    update = slack.delivered("chat.update")[0]
+    assert update.args["text"].startswith("[UPDATE] CRITICAL") and "stalled" in json.dumps(update.args["blocks"])
+    assert slack.delivered("chat.postMessage")[1].args["text"].startswith(":white_check_mark: Resolved")
+
+
+def test_rate_limit_honours_retry_after_and_sends_once(slack: FakeSlack) -> None:
+    slack.rate_limit_next, slack.retry_after = 1, 1
+    life = Lifecycle()
+    life.step([finding("lag")], 0)
+    deliver(life.outbox, notifier(slack))
+    limited, ok = slack.calls
+    assert (limited.status, ok.status) == (429, 200)
+    assert ok.at - limited.at >= 1.0  # waited for Retry-After
+    assert len(slack.delivered("chat.postMessage")) == 1
+
+
+def test_server_error_is_retried_and_sent_once(slack: FakeSlack) -> None:
+    slack.fail_next = 1
+    life = Lifecycle()
+    life.step([finding("lag")], 0)
+    deliver(life.outbox, notifier(slack))
+    assert [c.status for c in slack.calls] == [500, 200] and len(slack.delivered()) == 1
+
+
+def test_outage_then_recovery_across_a_restart_delivers_everything_once_in_order(
+    slack: FakeSlack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatcher, "BACKOFF_FIRST_S", 0.2)
+    monkeypatch.setattr(dispatcher, "BACKOFF_MAX_S", 0.5)
+    port = slack.port
+    slack.stop()  # Slack unreachable
+    life = Lifecycle()
+    life.step([finding("lag", group="a"), finding("lag", group="b")], 0)
+    life.step([finding("lag", group="a"), finding("stalled", group="a"), finding("lag", group="b")], 30)
+    life.step([finding("lag", group="b")], 60)  # a resolves
+    assert [(d.notification.group_key, d.notification.kind) for d in life.outbox.deliveries] == [
+        ("cluster=prod|group=a", "firing"),
+        ("cluster=prod|group=b", "firing"),
+        ("cluster=prod|group=a", "update"),
+        ("cluster=prod|group=a", "resolved"),
+    ]
+    saved: list[str] = []
+    first = Dispatcher(
+        life.outbox, {"slack": notifier(slack)}, persist=lambda: saved.append(json.dumps(life.outbox.to_json()))
+    ).start()
+    wait_for(lambda: first.failed_attempts >= 3, timeout=20, what="failed attempts while Slack is down")
+    first.stop()
+    assert life.outbox.pending() == 4
+    # lagwatch restarts: the outbox comes back from what was persisted; Slack comes back on the same address.
+    restored = Outbox.from_json(json.loads(saved[-1]))
+    recovered = FakeSlack(port=port).start()
+    try:
+        deliver(restored, notifier(recovered))
+        posts = [(c.method, c.args.get("thread_ts"), c.args["text"].split(":")[0]) for c in recovered.delivered()]
+        assert [p for p in posts if p[0] == "chat.postMessage" and p[1] is None] == [
+            ("chat.postMessage", None, "[FIRING] WARNING"),
+            ("chat.postMessage", None, "[FIRING] WARNING"),
+        ]
+        assert len(recovered.delivered("chat.update")) == 2  # a: update, then resolved
+        assert len([c for c in recovered.delivered("chat.postMessage") if c.args.get("thread_ts")]) == 1
+        a_calls = [
+            c.method
+            for c in recovered.delivered()
+            if "group a" in json.dumps(c.args) or "/ a" in c.args.get("text", "")
+        ]
+        assert a_calls[0] == "chat.postMessage"  # the firing message before its update
+        assert restored.refs and all("ts" in r for r in restored.refs.values())
+    finally:
+        recovered.stop()
+
+
+def test_pacing_about_one_message_per_second_per_channel(slack: FakeSlack) -> None:
+    life = Lifecycle()
+    life.step([finding("lag", group=g) for g in ("a", "b", "c")], 0)
+    deliver(life.outbox, notifier(slack))
+    times = [c.at for c in slack.delivered("chat.postMessage")]
+    assert len(times) == 3 and all(b - a >= 0.95 for a, b in itertools.pairwise(times))
+
+
+def test_channel_routing_by_labels_and_rule(slack: FakeSlack) -> None:
+    n = notifier(slack, rule_channels={"expiry": "#platform"}, channels_by_label={"team": {"payments": "#pay"}})
+
+    def channel(f: Finding) -> str:
+        life = Lifecycle()
+        (note,) = life.step([f], 0)
+        return n.channel_for(note)
+
+    assert channel(finding("lag", slack_channel="#explicit", team="payments")) == "#explicit"
+    assert channel(finding("expiry", team="payments")) == "#platform"
+    assert channel(finding("lag", team="payments")) == "#pay"
+    assert channel(finding("lag")) == "#kafka"
+
+
+def test_block_kit_limits_with_many_long_alerts(slack: FakeSlack) -> None:
+    from lagwatch.notify import render
+
+    life = Lifecycle()
+    long = [
+        Finding("lag", "warning", "prod", "g", {"cluster": "prod", "group": "g", "topic": f"t{i}"}, "x" * 5000)
+        for i in range(60)
+    ]
+    (note,) = life.step(long, 0)
+    blocks = render.blocks(note, "https://grafana.example/d/lagwatch?var-group={group}")
+    assert len(blocks) <= 50
+    assert all(len(b.get("text", {}).get("text", "")) <= 3000 for b in blocks)
+    assert all(len(b.get("fields", [])) <= 10 for b in blocks)
+    assert any(b["type"] == "actions" and b["elements"][0]["url"].endswith("var-group=g") for b in blocks)
+    assert len(render.fallback_text(note)) <= 3000
+
+
+def test_bad_token_fails_without_showing_it(slack: FakeSlack) -> None:
+    from lagwatch.notify.base import DeliveryError
+
+    n = notifier(slack)
+    n.client.token = "xoxb-wrong-Secret-9"
+    life = Lifecycle()
+    (note,) = life.step([finding("lag")], 0)
+    with pytest.raises(DeliveryError) as e:
+        n.send(note, None)
+    assert str(e.value) == "slack chat_postMessage: invalid_auth" and "Secret" not in str(e.value)
