@@ -4,13 +4,22 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 KAFKA_VERSION ?= 4.1.2
 
-.PHONY: run test lint system-deps bench clean
+.PHONY: run test lint system-deps test-deps bench clean
 
-# Java 17 and Maven run the local Kafka broker; install them from Debian when missing.
+# Java 17 and Maven run the local Kafka broker; the tests scrape lagwatch with Debian's Prometheus.
+# Installed from Debian's packages when missing.
+SYSTEM_PACKAGES := $(if $(shell command -v java),,openjdk-17-jre-headless) $(if $(shell command -v mvn),,maven)
+TEST_PACKAGES := $(if $(shell command -v prometheus),,prometheus)
+
 system-deps:
-	@command -v java >/dev/null && command -v mvn >/dev/null || { \
-	  echo "installing Java and Maven from Debian packages"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless maven; }
+	@if [ -n "$(strip $(SYSTEM_PACKAGES))" ]; then \
+	  echo "installing from Debian: $(SYSTEM_PACKAGES)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); fi
+
+test-deps: system-deps
+	@if [ -n "$(strip $(TEST_PACKAGES))" ]; then \
+	  echo "installing from Debian: $(TEST_PACKAGES)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_PACKAGES); fi
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,7 +36,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check lagwatch tests bench
 	$(VENV)/bin/mypy lagwatch
 
-test: system-deps $(VENV)/.installed lint
+test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
