@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--config", type=Path, required=True)
     validate.set_defaults(func=_cmd_validate)
 
+    notify = sub.add_parser("notify-test", help="send a sample alert through the configured notifiers")
+    notify.add_argument("--config", type=Path, required=True)
+    notify.add_argument("--notifier", help="only this one (log, slack, slack_webhook, webhook:NAME)")
+    notify.set_defaults(func=_cmd_notify_test)
+
     broker = sub.add_parser("dev-broker", help="run a local single-node Apache Kafka (KRaft) on 127.0.0.1")
     broker.add_argument("--port", type=int, default=9092)
     broker.add_argument("--kafka-version", default=None, help="Apache Kafka version, e.g. 4.1.2 or 3.9.2")
@@ -145,6 +150,48 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(render_json(results))
     else:
         print("\n\n".join(render_table(s, g) for s, g in results))
+    return 1 if failed else 0
+
+
+def _cmd_notify_test(args: argparse.Namespace) -> int:
+    import time
+
+    from lagwatch import logs
+    from lagwatch.alerts import AlertBook
+    from lagwatch.model import Finding
+    from lagwatch.notify import build_notifiers
+
+    settings = load_settings(args.config)
+    logs.configure("INFO", "text")
+    notifiers = build_notifiers(settings)
+    if args.notifier:
+        if args.notifier not in notifiers:
+            raise ConfigError(
+                [f"--notifier: {args.notifier!r} is not configured (configured: {', '.join(notifiers) or 'none'})"]
+            )
+        notifiers = {args.notifier: notifiers[args.notifier]}
+    book = AlertBook(settings.alerts.model_copy(update={"group_wait_s": 0}))
+    labels = {"cluster": "notify-test", "group": "lagwatch-notify-test", "topic": "example"}
+    sample = Finding(
+        "lag",
+        "warning",
+        "notify-test",
+        "lagwatch-notify-test",
+        labels,
+        "this is a test notification from lagwatch notify-test: nothing is wrong",
+        {"lag": 1234, "lag_seconds": 95.0, "eta_s": 600.0},
+    )
+    now = time.time()
+    book.apply("notify-test", [sample], frozenset(), now)
+    (notification,) = book.due(now)
+    failed = 0
+    for name, (notifier, _) in notifiers.items():
+        try:
+            notifier.send(notification, None)
+            print(f"{name}: sent")
+        except Exception as e:
+            failed += 1
+            print(f"lagwatch: {name}: not sent: {e}", file=sys.stderr)
     return 1 if failed else 0
 
 
