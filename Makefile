@@ -42,6 +42,7 @@ test: test-deps $(VENV)/.installed lint
 
 bench: system-deps $(VENV)/.installed
 	$(PY) bench/poll_bench.py $(BENCH_ARGS)
+	$(PY) bench/metrics_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
