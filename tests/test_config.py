@@ -24,9 +24,8 @@ clusters:
 
 
 def test_example_config_validates() -> None:
-    done = run_lagwatch(
-        "validate", "--config", str(EXAMPLE), env={"LAGWATCH_CLUSTERS__PROD__SECURITY__SASL__PASSWORD": "x"}
-    )
+    env = {"LAGWATCH_CLUSTERS__PROD__SECURITY__SASL__PASSWORD": "x", "LAGWATCH_NOTIFIERS__SLACK__TOKEN": "xoxb-x"}
+    done = run_lagwatch("validate", "--config", str(EXAMPLE), env=env)
     assert done.returncode == 0, done.stderr
     assert "valid, 2 cluster(s)" in done.stdout and "SASL_SSL/SCRAM-SHA-512" in done.stdout
 
