@@ -105,7 +105,7 @@ def test_secret_files_and_secrets_never_shown(tmp_path: Path, caplog: pytest.Log
     assert done.returncode == 0, done.stderr
     assert "hunter2" not in done.stdout + done.stderr
     # An unreachable SASL cluster: the error line names the cluster, never the password.
-    path.write_text(SASL_YAML.replace('"a:9093,b:9093"', '"127.0.0.1:9"'))
+    path.write_text(SASL_YAML.replace('"a:9093,b:9093"', '"127.0.0.1:9"\n    request_timeout_s: 3'))
     done = run_lagwatch("check", "--config", str(path), env={"LAGWATCH_SECRETS_DIR": str(secrets)}, timeout=90)
     assert done.returncode == 1 and "cluster 'prod'" in done.stderr
     assert "hunter2" not in done.stdout + done.stderr
