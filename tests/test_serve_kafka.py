@@ -183,3 +183,25 @@ def test_read_token_and_readiness_without_a_successful_poll(tmp_path: Path) -> N
         assert call(base, "GET", "/api/v1/clusters/dead/groups", token="r-Token-1")[0] == 503
     finally:
         daemon.stop()
+
+
+def test_series_of_a_vanished_group_disappear_at_the_next_render() -> None:
+    from lagwatch.history import ClusterHistory
+    from lagwatch.rules import RuleResolver, RulesConfig, evaluate
+    from lagwatch.runtime import ClusterRuntime
+    from lagwatch.serve import metrics
+    from tests.synthetic import TP, group, snapshot
+
+    history, resolver = ClusterHistory("c"), RuleResolver(RulesConfig())
+    runtime = ClusterRuntime("c", ClusterConfig(bootstrap_servers=["127.0.0.1:9"]), None, history)
+
+    def render(groups: list) -> str:  # type: ignore[type-arg]
+        snap = snapshot(len(history.groups) * 30.0 + 30, groups, {TP: 50})
+        history.observe(snap)
+        runtime.latest, runtime.evaluation = snap, evaluate(snap, history, resolver, {})
+        return metrics.render([runtime], [], {}).decode()
+
+    both = render([group("kept", committed={TP: 10}), group("gone", committed={TP: 20})])
+    assert 'group="gone"' in both and 'group="kept"' in both
+    after = render([group("kept", committed={TP: 10})])
+    assert 'group="gone"' not in after and 'lagwatch_group_lag_sum{cluster="c",group="kept"} 40.0' in after

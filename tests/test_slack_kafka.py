@@ -75,3 +75,38 @@ def test_slack_firing_restart_resolved_in_thread(
         assert update.args["ts"] == "1700000000.000001" and update.args["text"].startswith("[RESOLVED]")
     finally:
         slack.stop()
+
+
+def test_a_slow_slack_never_delays_the_polls(bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slack = FakeSlack(delay_s=3.0).start()  # every Slack call takes 3 s
+    prefix = unique("slow")
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    kafka_scenario.produce(bootstrap, topic, {0: 30})
+    c = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
+    kafka_scenario.commit(c, {TopicPartition(topic, 0): 1})
+    c.close()
+    monkeypatch.setenv("LAGWATCH_NOTIFIERS__SLACK__TOKEN", slack.token)
+    settings = load_settings(
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        rules={"below_log_start": {"enabled": True}, "lag": {"warning": {"offsets": 5}, "for_s": 0}},
+        alerts={"group_wait_s": 0},
+        notifiers={"log": {"enabled": False}, "slack": {"base_url": slack.base_url, "default_channel": "#kafka"}},
+    )
+    cluster = {
+        "test": ClusterConfig(bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=[group]))
+    }
+    daemon = Daemon(settings, clusters=cluster).start()
+    try:
+        wait_for(lambda: slack.calls, timeout=20, what="a Slack call under way")
+        polls_before = daemon.clusters["test"].polls
+        import time
+
+        time.sleep(2.5)  # the Slack call is still answering
+        assert daemon.clusters["test"].polls - polls_before >= 2
+        wait_for(lambda: daemon.outbox.pending() == 0, timeout=30, what="the slow delivery to finish")
+        assert len(slack.delivered("chat.postMessage")) == 1
+    finally:
+        daemon.stop()
+        slack.stop()
