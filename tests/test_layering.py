@@ -7,9 +7,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lagwatch"
 CORE_PACKAGES = ("lag", "history", "rules", "alerts")
-CORE = [PACKAGE / "model.py", *(path for name in CORE_PACKAGES for path in sorted((PACKAGE / name).glob("*.py")))]
+CORE = [
+    PACKAGE / "model.py",
+    PACKAGE / "matchers.py",
+    *(path for name in CORE_PACKAGES for path in sorted((PACKAGE / name).glob("*.py"))),
+]
 ALLOWED_PREFIXES = (
-    *(f"lagwatch.{name}" for name in ("model", *CORE_PACKAGES)),
+    *(f"lagwatch.{name}" for name in ("model", "matchers", *CORE_PACKAGES)),
     "pydantic",  # the settings models (config types) of rules and alerts
     *(
         "__future__",

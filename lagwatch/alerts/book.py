@@ -14,12 +14,12 @@ Notifications go per alert group (labels in `group_by`): the first after `group_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lagwatch.alerts.settings import AlertsConfig
+from lagwatch.matchers import labels_match
 from lagwatch.model import Finding
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
@@ -60,7 +60,7 @@ class Silence:
         return (self.starts_at is None or self.starts_at <= now) and now < self.ends_at
 
     def matches(self, labels: dict[str, str]) -> bool:
-        return all(re.fullmatch(p, labels.get(name, "")) is not None for name, p in self.matchers.items())
+        return labels_match(self.matchers, labels)
 
 
 @dataclass

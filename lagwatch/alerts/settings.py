@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lagwatch.matchers import check_matchers
 
 
 class _Strict(BaseModel):
@@ -20,15 +21,7 @@ class SilenceConfig(_Strict):
     starts_at: datetime | None = None
     comment: str = ""
 
-    @field_validator("matchers")
-    @classmethod
-    def _compiles(cls, matchers: dict[str, str]) -> dict[str, str]:
-        for label, pattern in matchers.items():
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"{label}: invalid regex {pattern!r}: {e}") from None
-        return matchers
+    _matchers = field_validator("matchers")(check_matchers)
 
     @field_validator("ends_at", "starts_at")
     @classmethod

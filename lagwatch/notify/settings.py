@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from lagwatch.alerts import Notification
+from lagwatch.matchers import check_matchers, labels_match
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -22,15 +22,7 @@ class Route(_Strict):
     min_severity: Literal["info", "warning", "critical"] = "info"
     matchers: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("matchers")
-    @classmethod
-    def _compiles(cls, matchers: dict[str, str]) -> dict[str, str]:
-        for label, pattern in matchers.items():
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"{label}: invalid regex {pattern!r}: {e}") from None
-        return matchers
+    _matchers = field_validator("matchers")(check_matchers)
 
     def accepts(self, n: Notification) -> bool:
         # A resolution follows the notifications that went out for the same group, whatever its severity now.
@@ -39,7 +31,7 @@ class Route(_Strict):
         if n.kind != "resolved" and worst < _RANK[self.min_severity]:
             return False
         labels = {**n.group_labels, **(n.alerts[0]["labels"] if n.alerts else {})}
-        return all(re.fullmatch(p, labels.get(k, "")) for k, p in self.matchers.items())
+        return labels_match(self.matchers, labels)
 
 
 class NotifierCommon(_Strict):

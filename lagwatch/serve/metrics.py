@@ -7,11 +7,12 @@ Inf: a figure lagwatch does not know is left out.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client.utils import floatToGoString
 
 from lagwatch.alerts import Alert
+from lagwatch.history import GroupMeasure
 from lagwatch.runtime import ClusterRuntime
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -76,6 +77,16 @@ def _escape(value: str) -> str:
     return value
 
 
+_GROUP_GAUGES: tuple[tuple[str, str, Callable[[GroupMeasure], float | None]], ...] = (
+    ("group_lag_sum", "Records behind, all partitions", lambda m: m.lag.sum_lag),
+    ("group_lag_max", "Records behind, worst partition", lambda m: m.lag.max_lag),
+    ("group_lag_seconds_max", "Seconds behind, worst partition", lambda m: m.max_lag_seconds),
+    ("group_catchup_eta_seconds", "Time to catch up at current rates", lambda m: m.eta_s),
+    ("group_consumption_rate", "Records/s the group commits", lambda m: m.consumption_rate),
+    ("group_production_rate", "Records/s produced to its partitions", lambda m: m.production_rate),
+)
+
+
 def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     c = rt.name
     snap = rt.latest
@@ -135,28 +146,8 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             )
         if m is None:
             continue
-        f.set(f.gauge("group_lag_sum", "Records behind, all partitions", ["cluster", "group"]), [c, g], m.lag.sum_lag)
-        f.set(f.gauge("group_lag_max", "Records behind, worst partition", ["cluster", "group"]), [c, g], m.lag.max_lag)
-        f.set(
-            f.gauge("group_lag_seconds_max", "Seconds behind, worst partition", ["cluster", "group"]),
-            [c, g],
-            m.max_lag_seconds,
-        )
-        f.set(
-            f.gauge("group_catchup_eta_seconds", "Time to catch up at current rates", ["cluster", "group"]),
-            [c, g],
-            m.eta_s,
-        )
-        f.set(
-            f.gauge("group_consumption_rate", "Records/s the group commits", ["cluster", "group"]),
-            [c, g],
-            m.consumption_rate,
-        )
-        f.set(
-            f.gauge("group_production_rate", "Records/s produced to its partitions", ["cluster", "group"]),
-            [c, g],
-            m.production_rate,
-        )
+        for name, doc, value in _GROUP_GAUGES:
+            f.set(f.gauge(name, doc, ["cluster", "group"]), [c, g], value(m))
         for t in m.lag.topics:
             f.set(
                 f.gauge("group_topic_lag_sum", "Records behind on a topic", ["cluster", "group", "topic"]),
