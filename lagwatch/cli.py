@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import signal
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lagwatch import __version__
+from lagwatch import __version__, logs
 from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
 from lagwatch.errors import ConfigError, LagwatchError
 
@@ -21,7 +20,7 @@ from lagwatch.errors import ConfigError, LagwatchError
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    _quiet_kafka_logging("WARNING")
+    logs.configure("WARNING", "text")  # `run` reconfigures from its settings
     try:
         return int(args.func(args))
     except ConfigError as e:
@@ -74,12 +73,6 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--fetch-only", action="store_true", help="download the jars, then exit")
     broker.set_defaults(func=_cmd_dev_broker)
     return parser
-
-
-def _quiet_kafka_logging(level: str) -> None:
-    # kafka-python logs connection failures with tracebacks; lagwatch reports them itself, in one line.
-    logging.basicConfig(level=getattr(logging, level, logging.INFO), format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -156,7 +149,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_notify_test(args: argparse.Namespace) -> int:
     import time
 
-    from lagwatch import logs
     from lagwatch.alerts import AlertBook
     from lagwatch.model import Finding
     from lagwatch.notify import build_notifiers
@@ -233,7 +225,6 @@ def _on_signals(stop: threading.Event) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from lagwatch import logs
     from lagwatch.daemon import Daemon
 
     settings: Settings = load_settings(args.config) if args.config else load_settings()

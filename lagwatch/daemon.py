@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
@@ -48,8 +49,12 @@ class Daemon:
         self.resolver = RuleResolver(settings.rules)
         self.book_lock = threading.RLock()
         self.book, self.outbox = self._load_alerts()
-        self.notifiers: dict[str, Notifier] = dict(notifiers) if notifiers is not None else self._configured_notifiers()
-        self.routes = {name: route for name, (_, route) in build_notifiers(settings).items() if name in self.notifiers}
+        configured = build_notifiers(settings) if notifiers is None else {}
+        self.notifiers: dict[str, Notifier] = (
+            dict(notifiers) if notifiers is not None else {name: n for name, (n, _) in configured.items()}
+        )
+        self.routes = {name: route for name, (_, route) in configured.items()}
+        self._saved: tuple[object, ...] | None = None
         self.dispatcher = Dispatcher(self.outbox, self.notifiers, self.save_alerts, clock)
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name))
@@ -68,9 +73,6 @@ class Daemon:
 
     # -- state ------------------------------------------------------------------------------------------------------
 
-    def _configured_notifiers(self) -> dict[str, Notifier]:
-        return {name: notifier for name, (notifier, _) in build_notifiers(self.settings).items()}
-
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:
         raw = self.store.read_alerts() or {}
         book = AlertBook.from_json(self.settings.alerts, raw.get("book", {}))
@@ -86,6 +88,7 @@ class Daemon:
     def save_alerts(self) -> None:
         with self.book_lock:
             self.store.write_alerts({"book": self.book.to_json(), "outbox": self.outbox.to_json()})
+            self._saved = self.book.fingerprint()
 
     def _load_history(self, name: str) -> ClusterHistory:
         raw = self.store.read_history(name)
@@ -164,12 +167,16 @@ class Daemon:
             self._flush(self.clock())
 
     def _flush(self, now: float) -> None:
-        for n in self.book.due(now):
-            self.outbox.add(
-                [n], [name for name in self.notifiers if name not in self.routes or self.routes[name].accepts(n)]
-            )
-        # Saved before any delivery starts: a crash now re-sends from the outbox rather than deciding again.
-        self.save_alerts()
+        # The dispatcher takes deliveries under the outbox's lock: holding it until the state is on disk means a
+        # crash can re-send from the saved outbox, never decide (and send) the same notification twice.
+        with self.outbox.changed:
+            notifications = self.book.due(now)
+            for n in notifications:
+                self.outbox.add(
+                    [n], [name for name in self.notifiers if name not in self.routes or self.routes[name].accepts(n)]
+                )
+            if notifications or self.book.fingerprint() != self._saved:
+                self.save_alerts()  # not on every poll: only when something that must survive a restart changed
 
     def _on_job_event(self, event: JobExecutionEvent) -> None:
         runtime = self.clusters.get(event.job_id.removeprefix("poll:"))
@@ -198,7 +205,7 @@ class Daemon:
                 args=[name],
                 id=f"poll:{name}",
                 seconds=interval,
-                next_run_time=_utcnow(),
+                next_run_time=datetime.now(UTC),
                 misfire_grace_time=max(1, int(interval / 2)),
             )
         self.scheduler.add_job(self.tick, "interval", id="tick", seconds=TICK_S)
@@ -223,9 +230,3 @@ class Daemon:
         self.save_alerts()
         self.store.close()
         log.info("lagwatch stopped", extra={"queued_notifications": self.outbox.pending()})
-
-
-def _utcnow() -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)

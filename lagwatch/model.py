@@ -108,5 +108,10 @@ class Finding:
 
     @property
     def key(self) -> str:
-        # Severity is not part of the key: a warning that becomes critical is the same alert, escalated.
-        return self.rule + "|" + "|".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        return alert_key(self.rule, self.labels)
+
+
+def alert_key(rule: str, labels: Mapping[str, str]) -> str:
+    """Identity of an alert across polls. Severity is not part of it: a warning that becomes critical is the same
+    alert, escalated."""
+    return rule + "|" + "|".join(f"{k}={v}" for k, v in sorted(labels.items()))

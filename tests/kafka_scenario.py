@@ -29,9 +29,18 @@ def admin(bootstrap: str) -> KafkaAdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Creates the topic and returns once every partition has a leader: a consumer that joins earlier gets no
+    partition metadata, an empty assignment, and no rebalance until its next metadata refresh."""
     a = admin(bootstrap)
     try:
         a.create_topics([NewTopic(name, partitions, 1)])
+
+        def ready() -> bool:
+            (topic,) = a.describe_topics([name])
+            led = [p for p in topic.get("partitions", []) if p.get("leader_id", -1) >= 0]
+            return topic.get("error_code", 0) == 0 and len(led) == partitions
+
+        wait_for(ready, timeout=30, interval=0.1, what=f"topic {name} to have leaders")
     finally:
         a.close()
 
@@ -144,3 +153,18 @@ def build(bootstrap: str) -> Scenario:
         a.close()
     s.expected[(g, audit, 0)] = 5
     return s
+
+
+def stopped_group(
+    bootstrap: str, prefix: str, produced: dict[int, int], committed: dict[int, int], assign: bool = False
+) -> tuple[str, str]:
+    """Topic `<prefix>-t` with `produced` records per partition, and group `<prefix>-g` that committed `committed`
+    and left: an Empty classic group, or with `assign` a simple group. Returns (topic, group)."""
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    create_topic(bootstrap, topic, len(produced))
+    produce(bootstrap, topic, produced)
+    tps = [TopicPartition(topic, p) for p in committed]
+    c = assigned_consumer(bootstrap, group, tps) if assign else subscribed_consumer(bootstrap, group, [topic])
+    commit(c, {TopicPartition(topic, p): o for p, o in committed.items()})
+    c.close()
+    return topic, group

@@ -172,12 +172,7 @@ def test_broker_outage_one_cluster_alert_no_lag_alerts_then_recovery(tmp_path: P
 
     with LocalBroker(kafka_version=KAFKA_VERSION) as broker:
         prefix = unique("out")
-        topic, group = f"{prefix}-t", f"{prefix}-g"
-        kafka_scenario.create_topic(broker.bootstrap, topic, 1)
-        kafka_scenario.produce(broker.bootstrap, topic, {0: 30})
-        c = kafka_scenario.subscribed_consumer(broker.bootstrap, group, [topic])
-        commit(c, topic, 10)
-        c.close()
+        _, group = kafka_scenario.stopped_group(broker.bootstrap, prefix, {0: 30}, {0: 10})
         recorder = Recorder()
         rules = FAST_RULES | {"cluster_unreachable": {"for_s": 2}}
         daemon = daemon_for(broker.bootstrap, prefix, tmp_path / "state", recorder, rules).start()
@@ -208,12 +203,7 @@ def test_sigkill_mid_incident_then_restart_sends_no_second_firing(bootstrap: str
     import sys
 
     prefix = unique("kill")
-    topic, group = f"{prefix}-t", f"{prefix}-g"
-    kafka_scenario.create_topic(bootstrap, topic, 1)
-    kafka_scenario.produce(bootstrap, topic, {0: 30})
-    c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
-    commit(c, topic, 10)
-    c.close()
+    _, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30}, {0: 10})
     config = tmp_path / "lagwatch.yaml"
     config.write_text(
         json.dumps(

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka import TopicPartition
 
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
@@ -39,12 +38,7 @@ def query(base: str, promql: str) -> list[dict]:
 def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("prom")
     prefix = unique("prom")
-    topic, group = f"{prefix}-t", f"{prefix}-g"
-    kafka_scenario.create_topic(bootstrap, topic, 2)
-    kafka_scenario.produce(bootstrap, topic, {0: 30, 1: 12})
-    c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
-    kafka_scenario.commit(c, {TopicPartition(topic, 0): 10, TopicPartition(topic, 1): 12})
-    c.close()
+    _, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30, 1: 12}, {0: 10, 1: 12})
     settings = load_settings(
         state_dir=tmp / "state",
         http={"host": "127.0.0.1", "port": 0},

@@ -24,14 +24,7 @@ WRITE_TOKEN = "w-Token-8c1e5"
 @pytest.fixture(scope="module")
 def served(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, str, str]]:
     prefix = unique("api")
-    topic, group = f"{prefix}-t", f"{prefix}-g"
-    kafka_scenario.create_topic(bootstrap, topic, 2)
-    kafka_scenario.produce(bootstrap, topic, {0: 40, 1: 10})
-    c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
-    from kafka import TopicPartition
-
-    kafka_scenario.commit(c, {TopicPartition(topic, 0): 15, TopicPartition(topic, 1): 10})
-    c.close()
+    _, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 40, 1: 10}, {0: 15, 1: 10})
     settings = load_settings(
         state_dir=tmp_path_factory.mktemp("state"),
         rules={"stopped": {"window_s": 1}, "expiry": {"enabled": False}},

@@ -22,13 +22,7 @@ def test_slack_firing_restart_resolved_in_thread(
     bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slack = FakeSlack().start()
-    prefix = unique("slk")
-    topic, group = f"{prefix}-t", f"{prefix}-g"
-    kafka_scenario.create_topic(bootstrap, topic, 1)
-    kafka_scenario.produce(bootstrap, topic, {0: 30})
-    c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
-    kafka_scenario.commit(c, {TopicPartition(topic, 0): 10})
-    c.close()
+    topic, group = kafka_scenario.stopped_group(bootstrap, unique("slk"), {0: 30}, {0: 10})
     monkeypatch.setenv("LAGWATCH_NOTIFIERS__SLACK__TOKEN", slack.token)
     settings = load_settings(
         state_dir=tmp_path / "state",
@@ -79,13 +73,7 @@ def test_slack_firing_restart_resolved_in_thread(
 
 def test_a_slow_slack_never_delays_the_polls(bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slack = FakeSlack(delay_s=3.0).start()  # every Slack call takes 3 s
-    prefix = unique("slow")
-    topic, group = f"{prefix}-t", f"{prefix}-g"
-    kafka_scenario.create_topic(bootstrap, topic, 1)
-    kafka_scenario.produce(bootstrap, topic, {0: 30})
-    c = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
-    kafka_scenario.commit(c, {TopicPartition(topic, 0): 1})
-    c.close()
+    _, group = kafka_scenario.stopped_group(bootstrap, unique("slow"), {0: 30}, {0: 1}, assign=True)
     monkeypatch.setenv("LAGWATCH_NOTIFIERS__SLACK__TOKEN", slack.token)
     settings = load_settings(
         state_dir=tmp_path / "state",

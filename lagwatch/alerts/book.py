@@ -232,6 +232,16 @@ class AlertBook:
             alerts=tuple(asdict(a) for a in alerts),
         )
 
+    def fingerprint(self) -> tuple[object, ...]:
+        """What must survive a restart: alert states, what each group announced, silences. Not the figures in
+        summaries, which the next poll brings back."""
+        return (
+            self.sequence,
+            tuple(sorted((a.key, a.state, a.severity) for a in self.alerts.values())),
+            tuple(sorted((g.key, tuple(sorted(g.notified.items())), g.last_notified_at) for g in self.groups.values())),
+            tuple(s.id for s in self.silences),
+        )
+
     # -- persistence --------------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:

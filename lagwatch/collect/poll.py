@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import kafka.errors as Errors
@@ -24,6 +25,7 @@ from lagwatch.collect.wire import (
     GroupAnswers,
     ListedGroup,
     Wire,
+    error_text,
 )
 from lagwatch.config import ClusterConfig
 from lagwatch.errors import ClusterError
@@ -209,7 +211,7 @@ class ClusterPoller:
             coordinator_id=self._coordinators.get(listed.group_id),
             members=described.members if described else (),
             committed=committed,
-            error=_error_line(error) if error is not None else None,
+            error=error_text(error) if error is not None else None,
         )
 
     def _log_offsets(
@@ -264,8 +266,6 @@ class ClusterPoller:
 def _only_topics(group: GroupSnapshot, keep: Callable[[str], bool]) -> GroupSnapshot:
     if all(keep(tp.topic) for tp in group.committed):
         return group
-    from dataclasses import replace
-
     return replace(group, committed={tp: c for tp, c in group.committed.items() if keep(tp.topic)})
 
 
@@ -274,8 +274,3 @@ def _int(value: str | None) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
-
-
-def _error_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -330,7 +330,7 @@ def _read_list_offsets(
 ) -> None:
     if isinstance(response, BaseException):
         for tp in tps:
-            errors[tp] = _error_text(response)
+            errors[tp] = error_text(response)
         return
     for t in response.topics:
         for p in t.partitions:
@@ -446,6 +446,7 @@ def _offset_fetch_handler(group_ids: list[str], answers: GroupAnswers) -> Callab
     return handle
 
 
-def _error_text(error: BaseException) -> str:
-    text = str(error).strip()
+def error_text(error: BaseException) -> str:
+    """One line: the error's class and the first line of its message."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

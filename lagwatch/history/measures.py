@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lagwatch.history.store import GroupTrack
 from lagwatch.history.timeline import LogEndTimeline
@@ -38,6 +38,11 @@ class GroupMeasure:
     production_rate: float | None
     consumption_rate: float | None
     eta_s: float | None  # time to catch up at current rates; None when not catching up or nothing to catch up
+    by_topic: Mapping[str, tuple[PartitionMeasure, ...]] = field(default_factory=dict)
+
+    def max_lag_seconds_of(self, topic: str) -> float | None:
+        known = [m.lag_time.seconds for m in self.by_topic.get(topic, ()) if m.lag_time.seconds is not None]
+        return max(known) if known else None
 
     @property
     def falling_behind(self) -> bool:
@@ -119,7 +124,15 @@ def measure_group(
         production_rate=production,
         consumption_rate=consumption,
         eta_s=eta,
+        by_topic=_by_topic(measures),
     )
+
+
+def _by_topic(measures: list[PartitionMeasure]) -> dict[str, tuple[PartitionMeasure, ...]]:
+    grouped: dict[str, list[PartitionMeasure]] = {}
+    for m in measures:
+        grouped.setdefault(m.partition.topic, []).append(m)
+    return {topic: tuple(rows) for topic, rows in grouped.items()}
 
 
 def _sum_or_none(values: Iterable[float | None]) -> float | None:

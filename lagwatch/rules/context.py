@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
-from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot
+from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot, alert_key
 from lagwatch.rules.settings import RuleResolver, RuleSet
 
 if TYPE_CHECKING:
@@ -40,6 +40,17 @@ class GroupContext:
     def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
         return self.resolver.resolve(self.cluster, self.group.group_id, topic)
 
+    def labels(self, topic: str | None = None) -> dict[str, str]:
+        _, route = self.rules(topic)
+        labels = {**route, "cluster": self.cluster, "group": self.group.group_id}
+        if topic is not None:
+            labels["topic"] = topic
+        return labels
+
+    def active_severity(self, rule: str, topic: str | None = None) -> str | None:
+        """Severity of the alert this rule would raise here, if it is already pending or firing."""
+        return self.active.get(alert_key(rule, self.labels(topic)))
+
     def finding(
         self,
         rule: str,
@@ -50,16 +61,12 @@ class GroupContext:
         for_s: float = 0.0,
         runbook_url: str | None = None,
     ) -> Finding:
-        _, route = self.rules(topic)
-        labels = {**route, "cluster": self.cluster, "group": self.group.group_id}
-        if topic is not None:
-            labels["topic"] = topic
         return Finding(
             rule=rule,
             severity=severity,
             cluster=self.cluster,
             group=self.group.group_id,
-            labels=labels,
+            labels=self.labels(topic),
             summary=summary,
             details=dict(details or {}),
             for_s=for_s,

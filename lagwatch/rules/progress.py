@@ -30,12 +30,10 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
     if not _has_members(ctx) or ctx.track is None:
         return
     by_topic: dict[str, list[int]] = {}
-    window_s = 0.0
     for tp, progress in ctx.track.partitions.items():
         rules, _ = ctx.rules(tp.topic)
         if not rules.stalled.enabled:
             continue
-        window_s = rules.stalled.window_s
         samples = progress.window(ctx.now - rules.stalled.window_s)
         if not _covered(samples, ctx.now - rules.stalled.window_s):
             continue
@@ -50,7 +48,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             "stalled",
             rules.stalled.severity,
             f"{ctx.group.group_id} has members but committed nothing on {partitions([(topic, p) for p in sorted(parts)])} "
-            f"for {duration(window_s)} while new records arrived",
+            f"for {duration(rules.stalled.window_s)} while new records arrived",
             topic=topic,
             details={"partitions": sorted(parts), "window_s": rules.stalled.window_s},
             for_s=rules.stalled.for_s,

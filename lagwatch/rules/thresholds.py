@@ -35,11 +35,9 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         rules, _ = ctx.rules(topic.topic)
         if not rules.lag.enabled:
             continue
-        rows = [m for m in ctx.measure.partitions if m.partition.topic == topic.topic]
-        seconds = [m.lag_time.seconds for m in rows if m.lag_time.seconds is not None]
-        max_seconds = max(seconds) if seconds else None
-        probe = ctx.finding("lag", "warning", "", topic=topic.topic)
-        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active.get(probe.key))
+        rows = ctx.measure.by_topic.get(topic.topic, ())
+        max_seconds = ctx.measure.max_lag_seconds_of(topic.topic)
+        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
         if severity is None:
             continue
         worst = sorted(rows, key=lambda m: -(m.partition.lag or 0))[:5]

@@ -161,11 +161,6 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
                 [c, g, t.topic],
                 t.max_lag,
             )
-            seconds = [
-                p.lag_time.seconds
-                for p in m.partitions
-                if p.partition.topic == t.topic and p.lag_time.seconds is not None
-            ]
             f.set(
                 f.gauge(
                     "group_topic_lag_seconds_max",
@@ -173,7 +168,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
                     ["cluster", "group", "topic"],
                 ),
                 [c, g, t.topic],
-                max(seconds) if seconds else None,
+                m.max_lag_seconds_of(t.topic),
             )
         if not rt.config.partition_metrics.matches(g):
             continue
