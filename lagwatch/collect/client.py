@@ -69,17 +69,22 @@ def open_admin(name: str, cluster: ClusterConfig) -> Any:
         return KafkaAdminClient(**admin_client_options(name, cluster), kafka_client=recorder.net_client)
     except Exception as e:
         recorder.close()
-        raise translate(name, recorder.last or e) from None
+        raise translate(name, recorder.cause(e)) from None
 
 
 class _LoginFailures:
     """kafka-python retries a rejected login until its bootstrap times out, then reports only the timeout.
     This keeps the network client it builds, notes every authentication error of its connections, and stops its
-    I/O thread when the admin client never came up."""
+    I/O thread when the admin client never came up.
+
+    A broker that rejects a login sends the error and closes the socket; kafka-python sometimes sees the close first
+    and reports a plain disconnect. So any failure during the SASL exchange itself (the broker was reached and
+    answered ApiVersions) counts as a rejected login, unless a real authentication error was seen."""
 
     def __init__(self) -> None:
         self.clients: list[Any] = []
         self.last: BaseException | None = None
+        self.during_login: BaseException | None = None
 
     def net_client(self, **configs: Any) -> Any:
         from kafka.net.compat import KafkaNetClient
@@ -90,16 +95,45 @@ class _LoginFailures:
 
         def watched_get_connection(*args: Any, **kwargs: Any) -> Any:
             conn = get_connection(*args, **kwargs)
-            conn.init_future.add_errback(self._note)
+            if not getattr(conn, "_lagwatch_watched", False):
+                conn._lagwatch_watched = True
+                conn.init_future.add_errback(self._note)
+                self._watch_login(conn)
             return conn
 
         manager.get_connection = watched_get_connection
         self.clients.append(client)
         return client
 
+    def _watch_login(self, conn: Any) -> None:
+        authenticate = getattr(conn, "_sasl_authenticate", None)
+        if authenticate is None:
+            return
+
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await authenticate(*args, **kwargs)
+            except Exception as e:
+                self.during_login = e
+                raise
+
+        conn._sasl_authenticate = watched
+
     def _note(self, error: BaseException) -> None:
         if isinstance(error, _AUTH_ERRORS):
             self.last = error
+
+    def cause(self, error: BaseException) -> BaseException:
+        """The best explanation of a failed bootstrap: a rejected login if there was one, else `error`."""
+        if self.last is not None:
+            return self.last
+        if self.during_login is not None:
+            kind = type(self.during_login).__name__
+            rejected: BaseException = Errors.SaslAuthenticationFailedError(
+                f"connection closed during SASL authentication ({kind})"
+            )
+            return rejected
+        return error
 
     def close(self) -> None:
         for client in self.clients:
