@@ -1,7 +1,7 @@
 """Wiring: the one module that knows every stage.
 
 Each cluster has its own APScheduler job on its own worker thread:
-    collect (poll) -> history.observe -> rules.evaluate -> alerts.apply/due -> outbox -> (dispatcher thread) notify
+    collect (poll) -> ClusterPipeline.step (history -> rules -> alert lifecycle) -> due -> outbox -> notify
 A slow cluster delays only itself; notifiers run on their own thread. State is saved atomically after every
 change of alerts or outbox, and history every `history_save_interval_s` and at shutdown.
 """
@@ -24,11 +24,12 @@ from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
-from lagwatch.rules import Evaluation, RuleResolver, evaluate
+from lagwatch.rules import RuleResolver
 from lagwatch.runtime import ClusterRuntime
 from lagwatch.serve import metrics
 from lagwatch.serve.http import HttpServer
 from lagwatch.state import StateStore
+from lagwatch.step import ClusterPipeline
 
 log = logging.getLogger("lagwatch.daemon")
 TICK_S = 5.0  # how often alert groups are checked for due notifications between polls
@@ -57,8 +58,14 @@ class Daemon:
         self._saved: tuple[object, ...] | None = None
         self.dispatcher = Dispatcher(self.outbox, self.notifiers, self.save_alerts, clock)
         self.clusters = {
-            name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name))
+            name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
             for name, cfg in (clusters if clusters is not None else settings.clusters).items()
+        }
+        self.pipelines = {
+            name: ClusterPipeline(
+                name, runtime.history, self.resolver, self.book, runtime.config.read_committed, self.book_lock
+            )
+            for name, runtime in self.clusters.items()
         }
         self.scheduler = BackgroundScheduler(
             executors={"default": ThreadPoolExecutor(max_workers=len(self.clusters) + 1)},
@@ -90,15 +97,17 @@ class Daemon:
             self.store.write_alerts({"book": self.book.to_json(), "outbox": self.outbox.to_json()})
             self._saved = self.book.fingerprint()
 
-    def _load_history(self, name: str) -> ClusterHistory:
+    def _load_history(self, name: str, config: ClusterConfig) -> ClusterHistory:
         raw = self.store.read_history(name)
-        if raw is None:
-            return ClusterHistory(name)
-        try:
-            return ClusterHistory.from_json(raw)
-        except (KeyError, TypeError, ValueError) as e:
-            log.error("history unreadable, starting afresh", extra={"cluster": name, "error": str(e)})
-            return ClusterHistory(name)
+        history = ClusterHistory(name)
+        if raw is not None:
+            try:
+                history = ClusterHistory.from_json(raw)
+            except (KeyError, TypeError, ValueError) as e:
+                log.error("history unreadable, starting afresh", extra={"cluster": name, "error": str(e)})
+        # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
+        history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
+        return history
 
     def save_history(self, runtime: ClusterRuntime) -> None:
         with runtime.lock:
@@ -112,11 +121,9 @@ class Daemon:
         runtime = self.clusters[name]
         snapshot = runtime.poller.poll()
         with runtime.lock:
-            runtime.history.observe(snapshot)
-            with self.book_lock:
-                active = self.book.active_severities(name)
-            evaluation = evaluate(snapshot, runtime.history, self.resolver, active, runtime.config.read_committed)
-        self._alert(evaluation)
+            evaluation = self.pipelines[name].step(snapshot)
+        with self.book_lock:
+            self._flush(self.clock())
         runtime.latest, runtime.evaluation = snapshot, evaluation
         runtime.polls += 1
         if snapshot.ok:
@@ -155,11 +162,6 @@ class Daemon:
 
     def metrics_body(self) -> bytes:
         return self._metrics
-
-    def _alert(self, evaluation: Evaluation) -> None:
-        with self.book_lock:
-            self.book.apply(evaluation.cluster, evaluation.findings, evaluation.frozen_groups, evaluation.now)
-            self._flush(self.clock())
 
     def tick(self) -> None:
         """Sends notifications that came due without a poll (group_wait, group_interval, repeat_interval)."""

@@ -84,6 +84,8 @@ class ClusterSnapshot:
     requests: Mapping[str, int] = field(default_factory=dict)  # Kafka requests sent, by API name
     # Exact mode: when the record at (partition, committed offset) was written, seconds since the epoch.
     record_times: Mapping[tuple[TopicPartition, int], float] = field(default_factory=dict)
+    # Topics the previous poll saw that no longer exist: their committed offsets were deleted with them.
+    missing_topics: frozenset[str] = frozenset()
     error: str | None = None
     error_kind: str | None = None  # unreachable | auth_failed | timeout | error
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from lagwatch.alerts import AlertBook, AlertsConfig
 from lagwatch.history import ClusterHistory
 from lagwatch.model import (
@@ -14,7 +16,9 @@ from lagwatch.model import (
     PartitionOffsets,
     TopicPartition,
 )
-from lagwatch.rules import Evaluation, RuleResolver, RulesConfig, evaluate
+from lagwatch.offsets_topic import Record
+from lagwatch.rules import Evaluation, RuleResolver, RulesConfig
+from lagwatch.step import ClusterPipeline
 
 TP = TopicPartition("orders", 0)
 
@@ -26,9 +30,10 @@ def group(
     kind: GroupKind = GroupKind.CLASSIC,
     members: int = 1,
     subscribed: tuple[str, ...] = ("orders",),
+    assigned: tuple[TopicPartition, ...] | None = None,
 ) -> GroupSnapshot:
     committed = committed if committed is not None else {TP: 0}
-    assignment = tuple(committed) if members else ()
+    assignment = (tuple(committed) if assigned is None else assigned) if members else ()
     return GroupSnapshot(
         group_id=group_id,
         state=state,
@@ -64,19 +69,18 @@ def snapshot(
 
 
 class Pipeline:
-    """history -> rules -> alerts, fed with synthetic snapshots, exactly as the daemon chains them."""
+    """The daemon's own pipeline step, fed with synthetic snapshots, taking notifications after every step."""
 
-    def __init__(self, rules: dict | None = None, alerts: dict | None = None) -> None:
-        self.history = ClusterHistory("c")
+    def __init__(self, rules: dict | None = None, alerts: dict | None = None, max_gap_s: float = 90.0) -> None:
+        self.history = ClusterHistory("c", max_gap_s=max_gap_s)
         self.resolver = RuleResolver(RulesConfig.model_validate(rules or {}))
         self.book = AlertBook(AlertsConfig.model_validate(alerts or {"group_wait_s": 0, "group_interval_s": 0}))
+        self.pipeline = ClusterPipeline("c", self.history, self.resolver, self.book)
         self.sent: list = []
 
-    def step(self, snap: ClusterSnapshot) -> Evaluation:
-        self.history.observe(snap)
-        evaluation = evaluate(snap, self.history, self.resolver, self.book.active_severities("c"))
-        self.book.apply("c", evaluation.findings, evaluation.frozen_groups, snap.taken_at)
-        self.sent += self.book.due(snap.taken_at)
+    def step(self, snap: ClusterSnapshot, records: Iterable[Record] = (), caught_up: bool = False) -> Evaluation:
+        evaluation = self.pipeline.step(snap, records, caught_up)
+        self.sent += self.pipeline.due(snap.taken_at)
         return evaluation
 
     def firing(self) -> dict[str, str]:

@@ -229,7 +229,7 @@ def test_exact_lag_seconds_from_the_record_timestamp(bootstrap: str) -> None:
         history.groups[group],
         history.timelines,
         snapshot.taken_at,
-        600,
+        snapshot.taken_at - 600,
         snapshot.record_times,
     )
     (p,) = measure.partitions

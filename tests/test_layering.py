@@ -6,14 +6,15 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lagwatch"
-CORE_PACKAGES = ("lag", "history", "rules", "alerts")
+CORE_PACKAGES = ("lag", "history", "rules", "alerts", "offsets_topic")
 CORE = [
     PACKAGE / "model.py",
     PACKAGE / "matchers.py",
+    PACKAGE / "step.py",
     *(path for name in CORE_PACKAGES for path in sorted((PACKAGE / name).glob("*.py"))),
 ]
 ALLOWED_PREFIXES = (
-    *(f"lagwatch.{name}" for name in ("model", "matchers", *CORE_PACKAGES)),
+    *(f"lagwatch.{name}" for name in ("model", "matchers", "step", *CORE_PACKAGES)),
     "pydantic",  # the settings models (config types) of rules and alerts
     *(
         "__future__",
@@ -27,6 +28,8 @@ ALLOWED_PREFIXES = (
         "datetime",
         "itertools",
         "functools",
+        "struct",
+        "contextlib",
     ),
 )
 FORBIDDEN_CALLS = {"time", "monotonic", "now", "open", "utcnow"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,17 +151,17 @@ def test_expiry_of_an_empty_classic_group_warns_then_goes_critical() -> None:
     assert rules_of(crit)["expiry"] == "critical"
 
 
-def test_expiry_unobserved_clock_assumes_the_earliest_time() -> None:
+def test_expiry_unobserved_clock_never_pages_until_sure() -> None:
+    """A group already Empty at first sight: lagwatch does not know when it went Empty. No alert at first start
+    (that would be hundreds of pages at install time); a warning once even the latest possible expiry is near."""
     p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}})
-    evaluation = p.step(
-        snapshot(1000, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10)
-    )
+    empty = [group(committed={TP: 5}, state="Empty", members=0)]
+    for t in (1000, 1030, 1300):
+        assert "expiry" not in rules_of(p.step(snapshot(t, empty, {TP: 10}, retention_minutes=10)))
+    evaluation = p.step(snapshot(1000 + 460, empty, {TP: 10}, retention_minutes=10))
     (finding,) = [f for f in evaluation.findings if f.rule == "expiry"]
-    assert (
-        finding.severity == "critical"
-        and not finding.details["observed"]
-        and "may expire at any moment" in finding.summary
-    )
+    assert finding.severity == "warning" and not finding.details["observed"]
+    assert finding.details["expires_at"] == 1600 and "at the latest" in finding.summary
 
 
 def test_expiry_per_group_kind() -> None:
@@ -190,10 +192,27 @@ def test_expiry_per_group_kind() -> None:
 
 def test_offsets_expired_when_they_vanish() -> None:
     p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}, "expiry": {"enabled": False}})
-    p.step(snapshot(0, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}))
-    evaluation = p.step(snapshot(30, [], {}))  # the group and its offsets are gone
+    p.step(snapshot(0, [group(committed={TP: 5})], {TP: 10}, retention_minutes=10))
+    p.step(snapshot(30, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10))
+    evaluation = p.step(snapshot(640, [], {}, retention_minutes=10))  # the group and its offsets are gone, on time
     (finding,) = [f for f in evaluation.findings if f.rule == "expired"]
     assert finding.severity == "critical" and finding.details["group_gone"] and "orders/0" in finding.summary
+
+
+def test_deleted_group_or_topic_is_not_an_expiry() -> None:
+    """DeleteGroups before the offsets could expire, or a deleted topic: an operator's act, never a page."""
+    p = Pipeline({"stopped": {"enabled": False}, "lag": {"enabled": False}, "expiry": {"enabled": False}})
+    p.step(snapshot(0, [group(committed={TP: 5})], {TP: 10}, retention_minutes=10))
+    p.step(snapshot(30, [group(committed={TP: 5}, state="Empty", members=0)], {TP: 10}, retention_minutes=10))
+    assert "expired" not in rules_of(p.step(snapshot(60, [], {}, retention_minutes=10)))
+    q = Pipeline({"lag": {"enabled": False}, "expiry": {"enabled": False}})
+    both = {TP: 3, AUDIT: 4}
+    q.step(snapshot(0, [group(committed=both, subscribed=("orders", "audit"))], {TP: 10, AUDIT: 10}))
+    gone_topic = replace(
+        snapshot(30, [group(committed={TP: 3}, subscribed=("orders",))], {TP: 10}), missing_topics=frozenset({"audit"})
+    )
+    assert "expired" not in rules_of(q.step(gone_topic))
+    assert "expired" not in rules_of(q.step(snapshot(60, [group(committed={TP: 3})], {TP: 10})))
 
 
 def test_committed_below_log_start() -> None:

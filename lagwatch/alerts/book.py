@@ -6,10 +6,13 @@ Pure: `apply` and `due` take the time from their caller; persistence is plain JS
   pending for `for` seconds     -> firing
   finding gone, was pending     -> dropped silently: never announced, so never "resolved"
   finding gone, was firing      -> resolved
-  alerts of a frozen scope (cluster down, group unreadable) neither fire nor resolve
+  alerts of a frozen scope (cluster down, group unreadable) neither fire nor resolve; pending ones are dropped,
+  so that after the outage their `for` counts fresh evidence only
+  held alerts (a rule could not judge its window) neither fire nor resolve; pending ones restart their `for`
 
 Notifications go per alert group (labels in `group_by`): the first after `group_wait`, changes at most every
 `group_interval`, an unchanged firing group again after `repeat_interval`, and a last one when all resolved.
+Silenced alerts and alerts inhibited by another firing alert (`inhibit_rules`, as Alertmanager's) are not notified.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from lagwatch.matchers import labels_match
 from lagwatch.model import Finding
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def for_elapsed(started_at: float, for_s: float, now: float) -> bool:
+    """Whether a condition that began at `started_at` has held for `for_s`. Poll times jitter by milliseconds: a
+    `for` of 20 s seen at polls 19.9998 s apart has held, not one poll short (5% of `for`, at most 1 s)."""
+    return now - started_at >= for_s - min(1.0, 0.05 * for_s)
 
 
 @dataclass
@@ -109,7 +118,12 @@ class AlertBook:
         return {a.key: a.severity for a in self.alerts.values() if a.cluster == cluster and a.state != "resolved"}
 
     def apply(
-        self, cluster: str, findings: Iterable[Finding], frozen_groups: frozenset[str] | None, now: float
+        self,
+        cluster: str,
+        findings: Iterable[Finding],
+        frozen_groups: frozenset[str] | None,
+        now: float,
+        held: frozenset[str] = frozenset(),
     ) -> None:
         seen = set()
         for f in findings:
@@ -134,19 +148,33 @@ class AlertBook:
                 self.alerts[f.key] = alert
             alert.severity, alert.summary, alert.details = f.severity, f.summary, dict(f.details)
             alert.labels, alert.for_s, alert.runbook_url, alert.updated_at = dict(f.labels), f.for_s, f.runbook_url, now
-            if alert.state == "pending" and now - alert.started_at >= alert.for_s:
+            if alert.state == "pending" and for_elapsed(alert.started_at, alert.for_s, now):
                 alert.state, alert.fired_at = "firing", now
         for key, alert in list(self.alerts.items()):
             if alert.cluster != cluster or key in seen or alert.state == "resolved":
                 continue
-            if frozen_groups is None and alert.rule != "cluster_unreachable":
-                continue  # the cluster could not be read: nothing is known about its groups
-            if frozen_groups is not None and alert.group in frozen_groups:
+            frozen = (frozen_groups is None and alert.rule != "cluster_unreachable") or (
+                frozen_groups is not None and alert.group in frozen_groups
+            )
+            if frozen:
+                # Nothing is known of this scope now. A pending alert is dropped (never announced): after the
+                # outage its condition must hold for its whole `for` again, on fresh evidence.
+                if alert.state == "pending":
+                    del self.alerts[key]
+                continue
+            if key in held:
+                if alert.state == "pending":
+                    alert.started_at = now
                 continue
             if alert.state == "pending":
                 del self.alerts[key]
             else:
                 alert.state, alert.resolved_at, alert.updated_at = "resolved", now, now
+
+    def forget_pending(self, cluster: str) -> None:
+        """After a blind spell (lagwatch down, polls skipped): pending alerts of `cluster` start over."""
+        for key in [k for k, a in self.alerts.items() if a.cluster == cluster and a.state == "pending"]:
+            del self.alerts[key]
 
     # -- notifications ------------------------------------------------------------------------------------------
 
@@ -158,8 +186,24 @@ class AlertBook:
         labels = alert.matchable()
         return next((s for s in self.silences if s.active(now) and s.matches(labels)), None)
 
+    def inhibited(self, alert: Alert, sources: list[Alert]) -> bool:
+        """Whether another firing alert inhibits this one (Alertmanager's inhibition: one story per incident)."""
+        labels = alert.matchable()
+        for rule in self.config.inhibit_rules:
+            if not labels_match(rule.target, labels):
+                continue
+            for source in sources:
+                if (
+                    source.key != alert.key
+                    and labels_match(rule.source, source.matchable())
+                    and all(source.labels.get(name, "") == alert.labels.get(name, "") for name in rule.equal)
+                ):
+                    return True
+        return False
+
     def due(self, now: float) -> list[Notification]:
         """Notifications to send now. Their effect on the groups is recorded at once (they go to the outbox)."""
+        sources = [a for a in self.alerts.values() if a.state == "firing"] if self.config.inhibit_rules else []
         by_group: dict[str, list[Alert]] = {}
         for alert in self.alerts.values():
             gkey, labels = self.group_key(alert)
@@ -168,7 +212,11 @@ class AlertBook:
         out: list[Notification] = []
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
-            firing = [a for a in alerts if a.state == "firing" and self.silenced(a, now) is None]
+            firing = [
+                a
+                for a in alerts
+                if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, sources)
+            ]
             current = {a.key: a.severity for a in firing}
             resolved = [a for a in alerts if a.state == "resolved" and a.key in group.notified]
             kind = self._kind(group, firing, current, resolved, now)

@@ -31,6 +31,23 @@ class SilenceConfig(_Strict):
         return value
 
 
+class InhibitRule(_Strict):
+    """While an alert matching `source` fires, alerts matching `target` with the same values of the `equal` labels
+    are not notified (Alertmanager's inhibition). Matchers cover the labels plus `rule` and `severity`."""
+
+    source: dict[str, str] = Field(min_length=1)
+    target: dict[str, str] = Field(min_length=1)
+    equal: list[str] = Field(default_factory=lambda: ["cluster", "group"])
+
+    _source = field_validator("source")(check_matchers)
+    _target = field_validator("target")(check_matchers)
+
+
+def _default_inhibitions() -> list[InhibitRule]:
+    # A consumer that stopped is one incident: its lag grows and its commits stall as a consequence.
+    return [InhibitRule(source={"rule": "stopped"}, target={"rule": "falling_behind|stalled"})]
+
+
 class AlertsConfig(_Strict):
     group_by: list[str] = Field(default_factory=lambda: ["cluster", "group"])
     group_wait_s: float = Field(default=30.0, ge=0)  # wait before the first notification of a new group
@@ -38,3 +55,4 @@ class AlertsConfig(_Strict):
     repeat_interval_s: float = Field(default=14400.0, gt=0)  # re-send an unchanged firing group after this
     send_resolved: bool = True
     silences: list[SilenceConfig] = Field(default_factory=list)
+    inhibit_rules: list[InhibitRule] = Field(default_factory=_default_inhibitions)

@@ -64,6 +64,7 @@ class ClusterPoller:
         self._clock = clock
         self._admin: Any = None
         self._coordinators: dict[str, int] = {}
+        self._previous_topics: set[str] = set()
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
 
@@ -82,7 +83,7 @@ class ClusterPoller:
             if self._admin is None:
                 self._admin = open_admin(self.name, self.config)
             wire = Wire(self._admin, int(self.config.request_timeout_s * 1000))
-            groups, partitions, record_times = self._collect(wire)
+            groups, partitions, record_times, missing = self._collect(wire)
             brokers = self._broker_settings(wire, started)
             return ClusterSnapshot(
                 cluster=self.name,
@@ -93,6 +94,7 @@ class ClusterPoller:
                 brokers=brokers,
                 requests=dict(wire.sent),
                 record_times=record_times,
+                missing_topics=missing,
             )
         except Exception as e:
             error = translate(self.name, e)
@@ -112,7 +114,10 @@ class ClusterPoller:
     def _collect(
         self, wire: Wire
     ) -> tuple[
-        tuple[GroupSnapshot, ...], dict[TopicPartition, PartitionOffsets], dict[tuple[TopicPartition, int], float]
+        tuple[GroupSnapshot, ...],
+        dict[TopicPartition, PartitionOffsets],
+        dict[tuple[TopicPartition, int], float],
+        frozenset[str],
     ]:
         listed = self._list_groups(wire)
         answers = self._read_groups(wire, listed)
@@ -120,10 +125,10 @@ class ClusterPoller:
         needed = sorted(
             {tp for g in groups for tp in (*g.committed, *g.member_of()) if self.config.topics.matches(tp.topic)}
         )
-        partitions, leaders = self._log_offsets(wire, needed)
+        partitions, leaders, missing = self._log_offsets(wire, needed)
         # Topic filters apply to what a group shows as well as to what lagwatch asks for.
         groups = tuple(_only_topics(g, self.config.topics.matches) for g in groups)
-        return groups, partitions, self._record_times(wire, groups, partitions, leaders)
+        return groups, partitions, self._record_times(wire, groups, partitions, leaders), missing
 
     def _record_times(
         self,
@@ -216,10 +221,16 @@ class ClusterPoller:
 
     def _log_offsets(
         self, wire: Wire, needed: list[TopicPartition]
-    ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int]]:
-        if not needed:
-            return {}, {}
-        leaders, topic_errors = wire.run(wire.partition_leaders, sorted({tp.topic for tp in needed}))
+    ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int], frozenset[str]]:
+        # Topics of the previous poll ride along in the same Metadata request: a topic that vanished was deleted,
+        # which tells a deletion from an offset expiry.
+        topics = {tp.topic for tp in needed}
+        asked_topics = sorted(topics | self._previous_topics)
+        self._previous_topics = topics
+        if not asked_topics:
+            return {}, {}, frozenset()
+        leaders, topic_errors = wire.run(wire.partition_leaders, asked_topics)
+        missing = frozenset(t for t, e in topic_errors.items() if e == "UnknownTopicOrPartitionError")
         asked = {tp: leaders[tp] for tp in needed if tp in leaders}
         specs = [(OffsetSpec.LATEST, READ_UNCOMMITTED), (OffsetSpec.EARLIEST, READ_UNCOMMITTED)]
         if self.config.read_committed:
@@ -241,7 +252,7 @@ class ClusterPoller:
                 last_stable=stable.offsets.get(tp) if stable else None,
                 error=error,
             )
-        return partitions, asked
+        return partitions, asked, missing
 
     def _broker_settings(self, wire: Wire, now: float) -> tuple[BrokerSettings, ...]:
         """offsets.retention.* from every broker; read rarely, and a failure keeps the last known values."""

@@ -92,10 +92,11 @@ def measure_group(
     track: GroupTrack | None,
     timelines: Mapping[TopicPartition, LogEndTimeline],
     now: float,
-    rate_window_s: float,
+    rate_since: float,
     record_times: Mapping[tuple[TopicPartition, int], float] | None = None,
 ) -> GroupMeasure:
-    since = now - rate_window_s
+    """Rates are measured from `rate_since` (the rate window, cut short where observation was interrupted)."""
+    since = rate_since
     measures = []
     for p in lag.partitions:
         tp = TopicPartition(p.topic, p.partition)

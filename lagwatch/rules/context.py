@@ -25,6 +25,23 @@ class GroupContext:
     resolver: RuleResolver
     now: float
     active: Mapping[str, str]  # key -> severity of alerts currently pending or firing
+    # Alert keys a rule could not judge this time (its window is not covered by unbroken observation): their
+    # alerts neither fire nor resolve. Shared with the engine, which hands it to the alert book.
+    held: set[str]
+
+    @property
+    def evidence_since(self) -> float | None:
+        return self.history.evidence_start(self.group.group_id)
+
+    def covered(self, window_s: float) -> bool:
+        """Whether lagwatch watched this group without a blind spell for the whole of the last `window_s`."""
+        since = self.evidence_since
+        return since is not None and since <= self.now - window_s
+
+    def hold(self, rule: str, topic: str | None = None) -> None:
+        key = alert_key(rule, self.labels(topic))
+        if key in self.active:  # only alerts that exist can be held; nothing to do for the rest
+            self.held.add(key)
 
     @property
     def cluster(self) -> str:

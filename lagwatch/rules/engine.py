@@ -30,6 +30,8 @@ class Evaluation:
     findings: tuple[Finding, ...]
     # Groups whose alerts must neither fire nor resolve this time (nothing reliable was read); None: all of them.
     frozen_groups: frozenset[str] | None
+    # Alerts a rule could not judge this time (window not covered by unbroken observation): held as they are.
+    held: frozenset[str] = frozenset()
     measures: Mapping[str, GroupMeasure] = field(default_factory=dict)
     expiries: Mapping[str, float] = field(default_factory=dict)  # group -> earliest time its offsets can expire
 
@@ -53,6 +55,7 @@ def evaluate(
         return Evaluation(snapshot.cluster, now, tuple(found), frozen_groups=None)
 
     findings = []
+    held: set[str] = set()
     frozen: set[str] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
@@ -67,15 +70,18 @@ def evaluate(
             continue
         lag = group_lag(group, snapshot.partitions, use_last_stable)
         track = history.groups.get(group.group_id)
-        measure = measure_group(lag, track, history.timelines, now, rules.rate_window_s, snapshot.record_times)
+        # Rates only from unbroken observation: a rate across an outage would mix two different stories.
+        evidence = history.evidence_start(group.group_id)
+        rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
+        measure = measure_group(lag, track, history.timelines, now, rate_since, snapshot.record_times)
         measures[group.group_id] = measure
-        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active)
+        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held)
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
         if ctx.expiry is not None:
             expiries[group.group_id] = ctx.expiry.expires_at
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
-    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), measures, expiries)
+    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), frozenset(held), measures, expiries)
 
 
 def _poll_problem(

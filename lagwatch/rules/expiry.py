@@ -7,7 +7,10 @@ When offsets can expire depends on the group's kind (Kafka 2.1+ / KIP-211, KIP-8
   simple (assign + commit)  every offset, from each partition's last commit
   KIP-848 consumer group    offsets of topics no member subscribes to (all, once members leave), from last commit
   other protocols           nothing
-A clock lagwatch did not see start is taken at its earliest possible time: warn early, never late.
+Clocks: exact where lagwatch reads `__consumer_offsets` (the coordinator's own commit and state timestamps);
+else what polls saw. A clock lagwatch did not see start (first start, a group that appeared already Empty) is taken
+at the first time lagwatch looked: the expiry it gives is the latest possible one, so lagwatch warns only when it
+is sure the offsets expire soon, and never pages for a clock it does not know. Exact clocks close that gap.
 """
 
 from __future__ import annotations
@@ -66,20 +69,21 @@ def retention_for(snapshot: ClusterSnapshot, coordinator: int | None, override_m
 
 def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], str]:
     """The committed partitions that can expire now, each with the clock its expiry counts from."""
-    g, track = ctx.group, ctx.track
-    if track is None or not g.committed:
+    g, history = ctx.group, ctx.history
+    if ctx.track is None or not g.committed:
         return [], ""
 
     def last_commit(tps: list[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
-        clocks = [(tp, track.partitions[tp].last_commit_change if tp in track.partitions else None) for tp in tps]
+        clocks = [(tp, history.commit_clock(g.group_id, tp)) for tp in tps]
         return [(tp, clock) for tp, clock in clocks if clock is not None]
 
     committed = sorted(g.committed)
     subscribed = {t for m in g.members for t in m.subscribed_topics}
     if g.kind is GroupKind.CLASSIC and g.state == "Empty":
-        if track.empty_since is None:
+        empty = history.empty_clock(g.group_id)
+        if empty is None:
             return [], ""
-        return [(tp, track.empty_since) for tp in committed], "the moment the group became Empty"
+        return [(tp, empty) for tp in committed], "the moment the group became Empty"
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"
@@ -121,10 +125,8 @@ def outlook(ctx: GroupContext) -> Outlook | None:
     if not candidates:
         return None
     retention = retention_for(ctx.snapshot, ctx.group.coordinator_id, rules.expiry.retention_minutes)
-    rows = []
-    for tp, clock in candidates:
-        start = clock.since if clock.observed else clock.since - retention.seconds
-        rows.append((start + retention.seconds, tp, clock))
+    # An unobserved clock counts from the first time lagwatch looked: the latest possible expiry.
+    rows = [(clock.since + retention.seconds, tp, clock) for tp, clock in candidates]
     return Outlook(tuple(sorted(rows)), retention, counted_from)
 
 
@@ -153,10 +155,9 @@ def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
     if observed:
         when = f"expire at {timestamp(expires_at)} (in {duration(expires_at - ctx.now)}; deletion runs up to {duration(retention.check_interval_s)} later)"
     else:
-        latest = max(c.since for _, tp, c in rows if tp in due) + retention.seconds
         when = (
-            f"may expire at any moment: lagwatch has not seen {counted_from.split(' (')[0]} happen, so it assumes the "
-            f"earliest possible time (they expire by {timestamp(latest)} at the latest)"
+            f"expire by {timestamp(expires_at)} at the latest (in {duration(expires_at - ctx.now)}; lagwatch has not "
+            f"seen {counted_from.split(' (')[0]} happen, so they may expire sooner)"
         )
     yield ctx.finding(
         "expiry",
@@ -178,8 +179,23 @@ def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
     )
 
 
+def _vanish_cause(clock: Clock | None, at: float, retention: Retention, group_gone: bool) -> tuple[str, bool] | None:
+    """Why committed offsets vanished: (words, certain), or None when they were deleted on purpose before they
+    could have expired (a deleted group or OffsetDelete): that is an operator's act, not an incident."""
+    if clock is None:
+        return "expired or were deleted", False
+    due = clock.since + retention.seconds
+    if clock.observed and at < due - 60:
+        return None
+    if not clock.observed and at < due - 60:
+        return "expired or were deleted", False  # lagwatch did not see the clock start: it cannot tell
+    return "expired", True
+
+
 def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolver: RuleResolver) -> Iterator[Finding]:
-    """Offsets that had been committed and are gone: expired (or deleted). Reported while history remembers them."""
+    """Offsets that had been committed and are gone because they expired. Reported while history remembers them.
+    Offsets of a deleted topic, and offsets deleted (with their group, or by OffsetDelete) before they could have
+    expired, are not incidents: nothing is reported for them."""
     current = {g.group_id: g for g in snapshot.groups}
     for group_id, track in sorted(history.groups.items()):
         vanished = track.vanished
@@ -194,19 +210,20 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
         rules, route = resolver.resolve(snapshot.cluster, group_id)
         if not rules.expired.enabled:
             continue
-        where = partitions([(tp.topic, tp.partition) for tp in sorted(still_gone)])
         retention = retention_for(snapshot, None, rules.expiry.retention_minutes)
-        cause = "expired"
-        if vanished.group_gone and track.empty_since and track.empty_since.observed:
-            due = track.empty_since.since + retention.seconds
-            if vanished.at < due - 60:
-                cause = "deleted (the group was deleted before its offsets could expire)"
-        elif not vanished.group_gone:
-            cause = "expired or were deleted"
+        causes = {
+            tp: _vanish_cause(vanished.clocks.get(tp), vanished.at, retention, vanished.group_gone) for tp in still_gone
+        }
+        expired = {tp: o for tp, o in still_gone.items() if causes[tp] is not None}
+        if not expired:
+            continue
+        certain = all(cause[1] for cause in causes.values() if cause is not None)
+        cause = "expired" if certain else "expired or were deleted"
+        where = partitions([(tp.topic, tp.partition) for tp in sorted(expired)])
         state = "the group is gone" if vanished.group_gone else "the group still exists"
         yield Finding(
             rule="expired",
-            severity=rules.expired.severity,
+            severity=rules.expired.severity if certain else "warning",
             cluster=snapshot.cluster,
             group=group_id,
             labels={**route, "cluster": snapshot.cluster, "group": group_id},
@@ -215,9 +232,10 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
             details={
                 "vanished_at": vanished.at,
                 "group_gone": vanished.group_gone,
+                "certain": certain,
                 "partitions": [
                     {"topic": tp.topic, "partition": tp.partition, "last_committed": o}
-                    for tp, o in sorted(still_gone.items())
+                    for tp, o in sorted(expired.items())
                 ],
             },
             for_s=rules.expired.for_s,

@@ -1,4 +1,9 @@
-"""Rules on commit progress over a window: stalled, stopped, falling behind, rewound."""
+"""Rules on commit progress over a window: stalled, stopped, falling behind, rewound.
+
+Each judges a window only from evidence: when lagwatch did not watch the group for the whole window without a
+blind spell (its own failed polls, a restart, a group it could not read), the rule holds its alert as it is,
+neither firing nor resolving it, until fresh polls cover the window again.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ def _has_members(ctx: GroupContext) -> bool:
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
-    """Members are there, lag > 0, the log end moved over the window, the committed offset did not."""
+    """Members are there, and a partition had records to consume at every poll of the window while its committed
+    offset did not move. Quiet time with nothing to consume is not a stall."""
     if not _has_members(ctx) or ctx.track is None:
         return
     by_topic: dict[str, list[int]] = {}
@@ -34,13 +40,15 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         rules, _ = ctx.rules(tp.topic)
         if not rules.stalled.enabled:
             continue
-        samples = progress.window(ctx.now - rules.stalled.window_s)
-        if not _covered(samples, ctx.now - rules.stalled.window_s):
+        window = rules.stalled.window_s
+        if not ctx.covered(window):
+            ctx.hold("stalled", tp.topic)
+            continue
+        samples = progress.window(ctx.now - window)
+        if not _covered(samples, ctx.now - window):
             continue
         committed = {s.committed for s in samples}
-        ends = [s.log_end for s in samples if s.log_end is not None]
-        last_lag = _lag(samples[-1])
-        if len(committed) == 1 and None not in committed and ends and ends[-1] > ends[0] and last_lag:
+        if len(committed) == 1 and None not in committed and all(_lag(s) for s in samples):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
     for topic, parts in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
@@ -48,7 +56,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             "stalled",
             rules.stalled.severity,
             f"{ctx.group.group_id} has members but committed nothing on {partitions([(topic, p) for p in sorted(parts)])} "
-            f"for {duration(rules.stalled.window_s)} while new records arrived",
+            f"for {duration(rules.stalled.window_s)} although records were waiting the whole time",
             topic=topic,
             details={"partitions": sorted(parts), "window_s": rules.stalled.window_s},
             for_s=rules.stalled.for_s,
@@ -64,16 +72,21 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         return
     window = rules.stopped.window_s
     if ctx.group.kind is GroupKind.SIMPLE:
+        if not ctx.covered(window):
+            ctx.hold("stopped")
+            return
         if not _no_progress_while_lag_grows(ctx, window):
             return
         why = f"no commit for {duration(window)} while lag grew"
     elif ctx.group.state == "Empty" and ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER):
-        since = ctx.track.empty_since.since if ctx.track.empty_since else ctx.now
+        clock = ctx.history.empty_clock(ctx.group.group_id)
+        since = clock.since if clock else ctx.now
         if ctx.now - since < window:
             return
-        why = f"no members for {duration(ctx.now - since)}" + (
-            "" if ctx.track.empty_since and ctx.track.empty_since.observed else " or more"
-        )
+        if not ctx.covered(window):
+            ctx.hold("stopped")
+            return
+        why = f"no members for {duration(ctx.now - since)}" + ("" if clock and clock.observed else " or more")
     else:
         return
     yield ctx.finding(
@@ -86,20 +99,31 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
     )
 
 
-def _group_lag_series(ctx: GroupContext, since: float) -> list[tuple[float, int]] | None:
-    """Group lag at each poll time of the window (all partitions of a group are sampled in the same poll)."""
+def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int]] | None:
+    """(poll time, summed lag, summed committed offset) at each poll of the window, over the partitions whose lag
+    is known at every one of those polls: a partition committed for the first time mid-window would otherwise
+    make the sum jump."""
     assert ctx.track is not None
-    by_time: dict[float, int] = {}
+    windows = []
     for progress in ctx.track.partitions.values():
         samples = progress.window(since)
         if not _covered(samples, since):
             return None
+        windows.append(samples)
+    times = sorted({s.t for samples in windows for s in samples})
+    lag = dict.fromkeys(times, 0)
+    committed = dict.fromkeys(times, 0)
+    counted = 0
+    for samples in windows:
+        if [s.t for s in samples] != times or any(_lag(s) is None for s in samples):
+            continue
+        counted += 1
         for s in samples:
-            lag = _lag(s)
-            if lag is not None:
-                by_time[s.t] = by_time.get(s.t, 0) + lag
-    series = sorted(by_time.items())
-    return series if len(series) >= 2 else None
+            lag[s.t] += _lag(s) or 0
+            committed[s.t] += s.committed or 0
+    if counted == 0 or len(times) < 2:
+        return None
+    return [(t, lag[t], committed[t]) for t in times]
 
 
 def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
@@ -109,28 +133,40 @@ def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
         samples = progress.window(since)
         if not _covered(samples, since) or len({s.committed for s in samples}) > 1:
             return False
-    series = _group_lag_series(ctx, since)
+    series = _group_series(ctx, since)
     return series is not None and series[-1][1] > series[0][1]
 
 
 def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
-    """Consuming, but slower than producing: lag grew through the whole window."""
+    """Consuming, but slower than producing: lag grew through the whole window (in its first half and in its
+    second, never dropping), and the group was still consuming in its second half. A group with nobody consuming
+    is `stopped`'s story, not this one's."""
     rules, _ = ctx.rules()
     if not rules.falling_behind.enabled or ctx.track is None:
+        return
+    if ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER) and not _has_members(ctx):
+        return
+    window = rules.falling_behind.window_s
+    if not ctx.covered(window):
+        ctx.hold("falling_behind")
         return
     m = ctx.measure
     if not m.consumption_rate or m.production_rate is None or m.consumption_rate >= m.production_rate:
         return  # a consumer making no progress at all is stalled or stopped, not falling behind
-    series = _group_lag_series(ctx, ctx.now - rules.falling_behind.window_s)
-    if series is None or series[-1][1] <= series[0][1]:
+    series = _group_series(ctx, ctx.now - window)
+    if series is None:
         return
-    if any(later < earlier for (_, earlier), (_, later) in itertools.pairwise(series)):
+    if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(series)):
+        return
+    middle = max((row for row in series if row[0] <= ctx.now - window / 2), key=lambda row: row[0])
+    (_, first_lag, _), (_, mid_lag, mid_committed), (_, last_lag, last_committed) = series[0], middle, series[-1]
+    if not first_lag < mid_lag < last_lag or last_committed <= mid_committed:
         return
     yield ctx.finding(
         "falling_behind",
         rules.falling_behind.severity,
         f"{ctx.group.group_id} consumes {m.consumption_rate:.1f}/s while {m.production_rate:.1f}/s arrive: lag grew from "
-        f"{series[0][1]} to {series[-1][1]} in {duration(series[-1][0] - series[0][0])} and will not catch up (ETA: never)",
+        f"{first_lag} to {last_lag} in {duration(series[-1][0] - series[0][0])} and will not catch up (ETA: never)",
         details={
             "lag": m.lag.sum_lag,
             "consumption_rate": m.consumption_rate,

@@ -1,0 +1,222 @@
+"""The situations in which a monitor pages for nothing, replayed through the daemon's own pipeline step: each must
+raise no notification, while the real problems beside them are still caught within two polls of their rule.
+
+Polls every 5 s, with millisecond jitter as real polls have. Rules tightened so that the scenarios stay short.
+"""
+
+from __future__ import annotations
+
+import random
+
+from lagwatch.model import GroupKind, TopicPartition
+from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
+from tests.synthetic import TP, Pipeline, group, snapshot
+
+RULES = {
+    "lag": {"warning": {"offsets": 500}, "critical": {"offsets": 5000}, "for_s": 20},
+    "stalled": {"window_s": 30},
+    "stopped": {"window_s": 30},
+    "falling_behind": {"window_s": 60},
+    "rate_window_s": 60,
+    "cluster_unreachable": {"for_s": 10},
+}
+ALERTS = {"group_wait_s": 0, "group_interval_s": 0}
+INTERVAL = 5.0
+
+
+def pipeline(**overrides: dict) -> Pipeline:  # type: ignore[type-arg]
+    return Pipeline({**RULES, **overrides}, ALERTS, max_gap_s=2 * INTERVAL + 5)
+
+
+def times(start: float, end: float, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [start + i * INTERVAL + rng.uniform(-0.002, 0.002) for i in range(int((end - start) / INTERVAL))]
+
+
+def notified(p: Pipeline, group_id: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    return [
+        (n.kind, tuple(sorted(a["rule"] for a in n.alerts)))
+        for n in p.sent
+        if group_id is None or n.group_labels.get("group") == group_id
+    ]
+
+
+def test_first_start_among_empty_caught_up_groups_is_silent() -> None:
+    p = pipeline()
+    groups = [group(f"batch-{i}", committed={TP: 100}, state="Empty", members=0) for i in range(50)]
+    for t in times(0, 300):
+        p.step(snapshot(t, groups, {TP: 100}, retention_minutes=10))
+    assert p.sent == []
+
+
+def test_short_job_between_two_polls_is_silent() -> None:
+    p = pipeline()
+    for t in times(0, 60):
+        p.step(snapshot(t, [], {TP: 100}, retention_minutes=10))
+    done = group("nightly", committed={TP: 100}, state="Empty", members=0, kind=GroupKind.CLASSIC)
+    for t in times(60, 300):
+        p.step(snapshot(t, [done], {TP: 100}, retention_minutes=10))
+    assert p.sent == []
+
+
+def test_broker_outage_raises_only_the_cluster_alert() -> None:
+    """A 45 s outage: the producer and the consumer pause with the broker, then a burst drains in a few polls.
+    Rates and windows must not be computed across the gap."""
+    p = pipeline()
+    end, committed, t = 0, 0, 0.0
+    for t in times(0, 120):
+        end += 50
+        committed = end - 10
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    for t in times(120, 165):
+        p.step(snapshot(t, [], {}, error="connection refused"))
+    # Back: the consumer rejoins; buffered records land at once and it needs a few polls to drain them.
+    end += 2000
+    for i, t in enumerate(times(165, 300)):
+        end += 50
+        committed = min(end - 10, committed + 50 + 800 * (i > 0))
+        state, members = ("PreparingRebalance", 0) if i == 0 else ("Stable", 1)
+        p.step(snapshot(t, [group(committed={TP: committed}, state=state, members=members)], {TP: end}))
+    assert committed == end - 10  # drained
+    assert notified(p, "g") == []
+    assert notified(p) == [("firing", ("cluster_unreachable",)), ("resolved", ("cluster_unreachable",))]
+
+
+def test_lagwatch_restart_gap_needs_fresh_evidence() -> None:
+    """lagwatch was down for ten minutes while a consumer paused and came back: nothing is judged across the gap."""
+    p = pipeline()
+    end = 0
+    for t in times(0, 100):
+        end += 50
+        p.step(snapshot(t, [group(committed={TP: end})], {TP: end}))
+    committed = end
+    end += 30_000  # produced while lagwatch was down; the consumer has nearly caught up since
+    for i, t in enumerate(times(700, 800)):
+        end += 50
+        committed = end - max(0, 400 - i * 100)
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    assert p.sent == []
+
+
+def test_sparse_bursts_are_not_a_stall() -> None:
+    """Quiet for longer than the stalled window, then a burst the consumer drains within a poll or two."""
+    p = pipeline()
+    end = 100
+    for cycle in range(4):
+        for i, t in enumerate(times(cycle * 120, cycle * 120 + 120, seed=cycle)):
+            if i == 0:
+                end += 300  # a burst arrives just before this poll
+                committed = end - 300
+            else:
+                committed = end
+            p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    assert p.sent == []
+
+
+def test_stopped_consumer_is_one_incident_stopped_and_lag() -> None:
+    p = pipeline()
+    end = 0
+    for t in times(0, 90):
+        end += 100
+        p.step(snapshot(t, [group(committed={TP: end - 20})], {TP: end}))
+    committed = end - 20
+    fired_at: dict[str, float] = {}
+    for t in times(90, 300):
+        end += 100
+        p.step(snapshot(t, [group(committed={TP: committed}, state="Empty", members=0)], {TP: end}))
+        for rule in p.firing():
+            fired_at.setdefault(rule, t)
+    rules = {r for kind, rs in notified(p, "g") if kind != "resolved" for r in rs}
+    assert rules == {"stopped", "lag"}, notified(p, "g")
+    assert fired_at["stopped"] - 90 <= 30 + 2 * INTERVAL  # the window, plus at most two polls
+    crossed = 90 + 5 * INTERVAL  # lag 20 + 100 per poll reaches 500 after five polls, then `for` is 20 s
+    assert fired_at["lag"] - crossed <= 20 + 2 * INTERVAL
+
+
+def test_stopped_inhibits_falling_behind_and_stalled() -> None:
+    """Configurable: with inhibition off, the same history notifies the extra rules (so inhibition is what hid
+    them); by default only stopped reaches the receiver."""
+    p = Pipeline({**RULES, "lag": {"enabled": False}}, {**ALERTS})
+    q = Pipeline({**RULES, "lag": {"enabled": False}}, {**ALERTS, "inhibit_rules": []})
+    for pipe in (p, q):
+        pipe.book.apply(
+            "c",
+            [
+                _finding("stopped"),
+                _finding("falling_behind"),
+            ],
+            frozenset(),
+            0.0,
+        )
+        pipe.sent += pipe.book.due(0.0)
+    assert [r for _, rs in notified(p) for r in rs] == ["stopped"]
+    assert sorted(r for _, rs in notified(q) for r in rs) == ["falling_behind", "stopped"]
+
+
+def _finding(rule: str):  # type: ignore[no-untyped-def]
+    from lagwatch.model import Finding
+
+    return Finding(rule, "critical", "c", "g", {"cluster": "c", "group": "g"}, rule)
+
+
+def test_falling_behind_not_on_a_late_jump_and_not_lost_to_an_uncommitted_partition() -> None:
+    flat_then_jump = pipeline()
+    end = 0
+    for i, t in enumerate(times(0, 120)):
+        end += 100
+        lag = 50 if i < 20 else 2000  # flat, then one jump at the last poll
+        flat_then_jump.step(snapshot(t, [group(committed={TP: end - lag})], {TP: end}))
+    assert "falling_behind" not in {r for _, rs in notified(flat_then_jump) for r in rs}
+
+    # Really falling behind (produces 100/poll, consumes 60/poll), with a second partition not yet committed.
+    tp1 = TopicPartition("orders", 1)
+    real = pipeline(lag={"enabled": False})
+    end, committed, fired = 0, 0, None
+    for t in times(0, 200):
+        end += 100
+        committed += 60
+        g = group(committed={TP: committed}, assigned=(TP, tp1))
+        real.step(snapshot(t, [g], {TP: end, tp1: 5}))
+        if fired is None and "falling_behind" in real.firing():
+            fired = t
+    assert fired is not None and fired <= 60 + 2 * INTERVAL + 1
+
+
+def test_for_is_not_one_poll_late_under_jitter() -> None:
+    p = pipeline()
+    fired = None
+    for t in times(0, 60, seed=7):
+        p.step(snapshot(t, [group(committed={TP: 0})], {TP: 1000}))
+        if fired is None and "lag" in p.firing():
+            fired = t
+    assert fired is not None and abs(fired - 20) < 0.01
+
+
+def test_exact_commit_times_keep_a_recommitting_quiet_consumer_unwarned() -> None:
+    """A simple (assign) group on a quiet topic commits the same offset every minute. Polls cannot see that;
+    the commit records in __consumer_offsets can."""
+    p = pipeline(lag={"enabled": False})
+    simple = [group("quiet", committed={TP: 10}, kind=GroupKind.SIMPLE, members=0, state="Empty")]
+    for t in times(0, 1200):
+        records = [OffsetCommit("quiet", "orders", 0, 10, None, "", int((t - 1) * 1000), None, 3)]
+        p.step(snapshot(t, simple, {TP: 10}, retention_minutes=10), records, caught_up=True)
+    assert p.sent == []
+    # Without the records, the same history warns (once even the latest possible expiry is near).
+    q = pipeline(lag={"enabled": False})
+    for t in times(0, 1200):
+        q.step(snapshot(t, simple, {TP: 10}, retention_minutes=10))
+    assert [r for _, rs in notified(q) for r in rs][:1] == ["expiry"]
+
+
+def test_exact_empty_time_from_group_metadata_warns_from_the_first_poll() -> None:
+    """At first start, a group written Empty 8 minutes ago (retention 10 min) is known to expire in 2 minutes."""
+    p = pipeline(lag={"enabled": False}, stopped={"enabled": False})
+    now = 10_000.0
+    records = [GroupMetadata("batch", "consumer", 3, None, None, int((now - 480) * 1000), (), 3)]
+    p.step(
+        snapshot(now, [group("batch", committed={TP: 5}, state="Empty", members=0)], {TP: 5}, retention_minutes=10),
+        records,
+        caught_up=True,
+    )
+    (alert,) = [a for a in p.book.alerts.values() if a.rule == "expiry"]
+    assert alert.state == "firing" and alert.details["observed"] and alert.details["expires_at"] == now + 120
