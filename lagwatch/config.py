@@ -135,6 +135,9 @@ class ClusterConfig(_Strict):
     partition_metrics: NameFilter = Field(default_factory=NameFilter)
     # How often broker settings (offsets.retention.*) are read again.
     broker_settings_refresh_s: float = Field(default=3600.0, ge=0)
+    # Read __consumer_offsets for exact commit and Empty-since times (expiry clocks). Needs Read on that topic;
+    # where it is denied, lagwatch says so once and uses the clocks its polls see.
+    exact_clocks: bool = True
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,9 +21,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from lagwatch.alerts import AlertBook
 from lagwatch.collect import ClusterPoller
+from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
+from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
 from lagwatch.runtime import ClusterRuntime
 from lagwatch.serve import metrics
@@ -43,6 +45,7 @@ class Daemon:
         notifiers: Mapping[str, Notifier] | None = None,
         clock: Callable[[], float] = time.time,
         poller_factory: Callable[[str, ClusterConfig], Any] = ClusterPoller,
+        reader_factory: Callable[..., Any] | None = OffsetsTopicReader,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -61,6 +64,9 @@ class Daemon:
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
             for name, cfg in (clusters if clusters is not None else settings.clusters).items()
         }
+        for runtime in self.clusters.values():
+            if reader_factory is not None and runtime.config.exact_clocks:
+                runtime.offsets_reader = reader_factory(runtime.name, runtime.config, self._exact_clock_sink(runtime))
         self.pipelines = {
             name: ClusterPipeline(
                 name, runtime.history, self.resolver, self.book, runtime.config.read_committed, self.book_lock
@@ -116,6 +122,14 @@ class Daemon:
         runtime.history_saved_at = self.clock()
 
     # -- the pipeline -----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _exact_clock_sink(runtime: ClusterRuntime) -> Callable[[Sequence[Record], bool], None]:
+        def sink(records: Sequence[Record], caught_up: bool) -> None:
+            with runtime.lock:  # between two polls of the cluster, never during one
+                runtime.history.observe_records(records, caught_up)
+
+        return sink
 
     def poll_cluster(self, name: str) -> None:
         runtime = self.clusters[name]
@@ -199,6 +213,9 @@ class Daemon:
             self.http = HttpServer(self).start()
             log.info("http listening", extra={"address": self.http.address})
         self.dispatcher.start()
+        for runtime in self.clusters.values():
+            if runtime.offsets_reader is not None:
+                runtime.offsets_reader.start()
         for name, runtime in self.clusters.items():
             interval = runtime.config.poll_interval_s
             self.scheduler.add_job(
@@ -226,6 +243,9 @@ class Daemon:
             if runtime.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
                 runtime.lock.release()
         self.dispatcher.stop(timeout=max(0.5, deadline - time.monotonic()))
+        for runtime in self.clusters.values():
+            if runtime.offsets_reader is not None:
+                runtime.offsets_reader.stop(timeout=max(0.5, deadline - time.monotonic()))
         for runtime in self.clusters.values():
             self.save_history(runtime)
             runtime.poller.close()

@@ -27,3 +27,16 @@ class ClusterRuntime:
     skipped_polls: int = 0  # due while the previous poll still ran (EVENT_JOB_MAX_INSTANCES)
     missed_polls: int = 0  # too late to start within the misfire grace time
     history_saved_at: float = 0.0
+    offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
+
+    def exact_clocks(self) -> dict[str, Any]:
+        """State of the `__consumer_offsets` reader, for the API and metrics."""
+        if self.offsets_reader is None:
+            return {"state": "off", "records": 0, "undecodable": 0, "error": None}
+        status = self.offsets_reader.status()
+        return {
+            "state": status.state.value,
+            "records": status.records,
+            "undecodable": status.undecodable,
+            "error": status.error,
+        }

@@ -65,6 +65,9 @@ def subscribed_consumer(bootstrap: str, group: str, topics: list[str]) -> KafkaC
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         client_id=f"client-{group}",
+        # Under load the first join can come before the client's metadata lists the new topic: it then gets no
+        # partitions, and only a metadata refresh (5 min by default) triggers the rebalance that fixes it.
+        metadata_max_age_ms=1000,
     )
     consumer.subscribe(topics)
     wait_for(

@@ -63,6 +63,7 @@ class Background:
                 auto_offset_reset="earliest",
                 enable_auto_commit=False,
                 max_poll_records=per_second,
+                metadata_max_age_ms=1000,  # see kafka_scenario.subscribed_consumer
             )
             c.subscribe([topic])
             while not self.stop_event.wait(1.0):

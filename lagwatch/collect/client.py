@@ -149,7 +149,11 @@ def translate(name: str, error: BaseException) -> ClusterError:
     detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if isinstance(error, _AUTH_ERRORS):
         return ClusterError(name, "auth_failed", detail)
-    if isinstance(error, Errors.KafkaTimeoutError | Errors.KafkaConnectionError | Errors.NodeNotReadyError):
+    # A broker that is down refuses connections: that is "unreachable" whichever layer reports it.
+    if isinstance(
+        error,
+        Errors.KafkaTimeoutError | Errors.KafkaConnectionError | Errors.NodeNotReadyError | ConnectionError,
+    ):
         return ClusterError(name, "unreachable", f"no broker answered ({detail})")
     if isinstance(error, Errors.RequestTimedOutError):
         return ClusterError(name, "timeout", detail)

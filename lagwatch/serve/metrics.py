@@ -109,6 +109,23 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
         [c],
         rt.skipped_polls + rt.missed_polls,
     )
+    clocks = rt.exact_clocks()
+    state = f.gauge(
+        "exact_clocks_state",
+        "1 for the state of the __consumer_offsets reader (off, starting, catching_up, live, denied, failed)",
+        ["cluster", "state"],
+    )
+    f.set(state, [c, clocks["state"]], 1)
+    f.set(
+        f.counter("exact_clocks_records", "Records read from __consumer_offsets", ["cluster"]), [c], clocks["records"]
+    )
+    f.set(
+        f.counter(
+            "exact_clocks_undecodable", "Records of __consumer_offsets not decoded (unknown versions)", ["cluster"]
+        ),
+        [c],
+        clocks["undecodable"],
+    )
     if snap is None:
         return
     f.set(f.gauge("cluster_poll_duration_seconds", "Wall time of the last poll", ["cluster"]), [c], snap.duration_s)

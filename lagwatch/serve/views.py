@@ -21,6 +21,7 @@ def cluster_view(rt: ClusterRuntime) -> dict[str, Any]:
         "polls": rt.polls,
         "failed_polls": rt.failed_polls,
         "skipped_polls": rt.skipped_polls + rt.missed_polls,
+        "exact_clocks": rt.exact_clocks(),
     }
 
 
