@@ -24,7 +24,7 @@ test-deps: system-deps
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $@
 
 # Runs lagwatch: with CONFIG=file it monitors the configured clusters, without it a local Kafka with demo traffic.

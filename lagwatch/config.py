@@ -116,6 +116,13 @@ class SecurityConfig(_Strict):
         return self
 
 
+class CheckpointConsumerConfig(_Strict):
+    """A Spark Structured Streaming query reading this cluster: its checkpoint location (a local path, or s3://,
+    gs://, hdfs://... through pyarrow's filesystems, credentials from their usual environment)."""
+
+    location: str = Field(min_length=1)
+
+
 class ClusterConfig(_Strict):
     bootstrap_servers: list[str] = Field(min_length=1)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
@@ -138,6 +145,8 @@ class ClusterConfig(_Strict):
     # Read __consumer_offsets for exact commit and Empty-since times (expiry clocks). Needs Read on that topic;
     # where it is denied, lagwatch says so once and uses the clocks its polls see.
     exact_clocks: bool = True
+    # Spark Structured Streaming queries, by the name they get as a consumer group.
+    checkpoint_consumers: dict[str, CheckpointConsumerConfig] = Field(default_factory=dict)
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod

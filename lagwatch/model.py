@@ -20,6 +20,7 @@ class GroupKind(StrEnum):
     SIMPLE = "simple"  # assign() + commit: no members, protocol type ""
     CONSUMER = "consumer"  # KIP-848 group (group.protocol=consumer)
     OTHER = "other"  # another protocol on the classic coordinator, e.g. Kafka Connect
+    CHECKPOINT = "checkpoint"  # a Spark Structured Streaming query: offsets in its checkpoint, never in Kafka
     UNKNOWN = "unknown"  # the broker did not say (error, or too old to tell)
 
 

@@ -56,3 +56,13 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local[2] SparkSession for the whole run (5-15 s to start), with Spark's Kafka connector."""
+    from lagwatch.pipeline.session import spark_session
+
+    session = spark_session("local[2]", "lagwatch-tests")
+    yield session
+    session.stop()

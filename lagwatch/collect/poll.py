@@ -16,6 +16,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetSpec
 
+from lagwatch.collect.checkpoints import checkpoint_group
 from lagwatch.collect.client import open_admin, translate
 from lagwatch.collect.wire import (
     COORDINATOR_ERRORS,
@@ -122,6 +123,7 @@ class ClusterPoller:
         listed = self._list_groups(wire)
         answers = self._read_groups(wire, listed)
         groups = tuple(self._group_snapshot(g, answers) for g in sorted(listed.values(), key=lambda g: g.group_id))
+        groups += tuple(checkpoint_group(n, c) for n, c in sorted(self.config.checkpoint_consumers.items()))
         needed = sorted(
             {tp for g in groups for tp in (*g.committed, *g.member_of()) if self.config.topics.matches(tp.topic)}
         )

@@ -66,12 +66,12 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
 
 def stopped(ctx: GroupContext) -> Iterator[Finding]:
     """No consumer at all: an Empty group with lag (for longer than the window), or, for groups without
-    membership (assign()), no commit progress over the window while lag grew."""
+    membership (assign(), Spark checkpoints), no commit progress over the window while lag grew."""
     rules, _ = ctx.rules()
     if not rules.stopped.enabled or ctx.track is None or ctx.measure.lag.sum_lag <= 0:
         return
     window = rules.stopped.window_s
-    if ctx.group.kind is GroupKind.SIMPLE:
+    if ctx.group.kind in (GroupKind.SIMPLE, GroupKind.CHECKPOINT):
         if not ctx.covered(window):
             ctx.hold("stopped")
             return

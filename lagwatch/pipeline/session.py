@@ -1,0 +1,47 @@
+"""A SparkSession with Spark's official Kafka connector, as users would write `--packages`.
+
+The connector must match Spark's version (pyspark is pinned to 4.2.x, whose connector is on Maven Central). Ivy
+resolves it from Maven Central into ~/.ivy2.5.2 on first use; pyspark already ships lz4-java and snappy-java, and
+Ivy fails to fetch those two, so they are excluded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from lagwatch.errors import LagwatchError
+
+SCALA = "2.13"
+
+
+def kafka_connector(spark_version: str) -> str:
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{spark_version}"
+
+
+def spark_session(master: str = "local[2]", app: str = "lagwatch", **conf: str) -> Any:
+    try:
+        import pyspark
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise LagwatchError("the Spark jobs need the spark extra: pip install 'lagwatch[spark]'") from None
+    from shutil import which
+
+    if which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise LagwatchError("Spark needs Java 17: install it (Debian: apt-get install openjdk-17-jre-headless)")
+    # Workers must run this interpreter, which has lagwatch, pandas and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.jars.packages", kafka_connector(pyspark.__version__))
+        .config("spark.jars.excludes", "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key.replace("__", "."), value)
+    return builder.getOrCreate()
