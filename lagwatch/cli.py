@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 from lagwatch import __version__, logs
 from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
 from lagwatch.errors import ConfigError, LagwatchError
+from lagwatch.matchers import check_pattern
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,9 +101,9 @@ def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
             raise ConfigError([f"--bootstrap-server: {_first_error(e)}"]) from None
     if args.group:
         try:
-            re.compile(args.group)
-        except re.error as e:
-            raise ConfigError([f"--group: invalid regex {args.group!r}: {e}"]) from None
+            check_pattern(args.group)
+        except ValueError as e:
+            raise ConfigError([f"--group: {e}"]) from None
         clusters = {
             n: c.model_copy(update={"groups": NameFilter(include=[args.group], exclude=c.groups.exclude)})
             for n, c in clusters.items()

@@ -31,6 +31,7 @@ from pydantic_settings import (
 
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
+from lagwatch.matchers import any_full_match, check_pattern
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
 
@@ -42,7 +43,7 @@ class _Strict(BaseModel):
 
 
 class NameFilter(_Strict):
-    """Regexes matched against the whole name (fullmatch); exclude wins over include."""
+    """Regexes (RE2, see lagwatch.matchers) matched against the whole name; exclude wins over include."""
 
     include: list[str] = Field(default_factory=lambda: [".*"])
     exclude: list[str] = Field(default_factory=list)
@@ -51,14 +52,11 @@ class NameFilter(_Strict):
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
         for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regex {p!r}: {e}") from None
+            check_pattern(p)
         return patterns
 
     def matches(self, name: str) -> bool:
-        return any(re.fullmatch(p, name) for p in self.include) and not any(re.fullmatch(p, name) for p in self.exclude)
+        return any_full_match(self.include, name) and not any_full_match(self.exclude, name)
 
 
 class TlsConfig(_Strict):
