@@ -154,7 +154,7 @@ def _cmd_notify_test(args: argparse.Namespace) -> int:
     from lagwatch.notify import build_notifiers
 
     settings = load_settings(args.config)
-    logs.configure("INFO", "text")
+    logs.configure("INFO", "text", secrets=logs.secret_values(settings))
     notifiers = build_notifiers(settings)
     if args.notifier:
         if args.notifier not in notifiers:
@@ -228,7 +228,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from lagwatch.daemon import Daemon
 
     settings: Settings = load_settings(args.config) if args.config else load_settings()
-    logs.configure(args.log_level or settings.log_level, args.log_format or settings.log_format)
+    logs.configure(
+        args.log_level or settings.log_level,
+        args.log_format or settings.log_format,
+        secrets=logs.secret_values(settings),
+    )
     stop = threading.Event()
     _on_signals(stop)
     with ExitStack() as cleanup:
