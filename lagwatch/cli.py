@@ -12,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from lagwatch import __version__, logs
-from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
+from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
 from lagwatch.errors import ConfigError, LagwatchError
 from lagwatch.matchers import check_pattern
 
@@ -227,6 +227,11 @@ def _on_signals(stop: threading.Event) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from lagwatch.daemon import Daemon
 
+    if args.interval is not None:
+        try:
+            check_poll_interval(args.interval)
+        except ValueError as e:
+            raise ConfigError([f"--interval: {e}"]) from None
     settings: Settings = load_settings(args.config) if args.config else load_settings()
     logs.configure(
         args.log_level or settings.log_level,
@@ -240,7 +245,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from lagwatch.devbroker.demo import start_demo
 
             settings = start_demo(settings, cleanup)
-        if args.interval:
+        if args.interval is not None:
             clusters = {
                 n: c.model_copy(update={"poll_interval_s": args.interval}) for n, c in settings.clusters.items()
             }
