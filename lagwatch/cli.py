@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 import threading
@@ -13,8 +12,9 @@ from types import FrameType
 from typing import Any
 
 from lagwatch import __version__, logs
-from lagwatch.config import ClusterConfig, NameFilter, Settings, load_settings
+from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
 from lagwatch.errors import ConfigError, LagwatchError
+from lagwatch.matchers import check_pattern
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,9 +101,9 @@ def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
             raise ConfigError([f"--bootstrap-server: {_first_error(e)}"]) from None
     if args.group:
         try:
-            re.compile(args.group)
-        except re.error as e:
-            raise ConfigError([f"--group: invalid regex {args.group!r}: {e}"]) from None
+            check_pattern(args.group)
+        except ValueError as e:
+            raise ConfigError([f"--group: {e}"]) from None
         clusters = {
             n: c.model_copy(update={"groups": NameFilter(include=[args.group], exclude=c.groups.exclude)})
             for n, c in clusters.items()
@@ -154,7 +154,7 @@ def _cmd_notify_test(args: argparse.Namespace) -> int:
     from lagwatch.notify import build_notifiers
 
     settings = load_settings(args.config)
-    logs.configure("INFO", "text")
+    logs.configure("INFO", "text", secrets=logs.secret_values(settings))
     notifiers = build_notifiers(settings)
     if args.notifier:
         if args.notifier not in notifiers:
@@ -227,8 +227,17 @@ def _on_signals(stop: threading.Event) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from lagwatch.daemon import Daemon
 
+    if args.interval is not None:
+        try:
+            check_poll_interval(args.interval)
+        except ValueError as e:
+            raise ConfigError([f"--interval: {e}"]) from None
     settings: Settings = load_settings(args.config) if args.config else load_settings()
-    logs.configure(args.log_level or settings.log_level, args.log_format or settings.log_format)
+    logs.configure(
+        args.log_level or settings.log_level,
+        args.log_format or settings.log_format,
+        secrets=logs.secret_values(settings),
+    )
     stop = threading.Event()
     _on_signals(stop)
     with ExitStack() as cleanup:
@@ -236,7 +245,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from lagwatch.devbroker.demo import start_demo
 
             settings = start_demo(settings, cleanup)
-        if args.interval:
+        if args.interval is not None:
             clusters = {
                 n: c.model_copy(update={"poll_interval_s": args.interval}) for n, c in settings.clusters.items()
             }

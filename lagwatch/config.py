@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -26,11 +27,13 @@ from pydantic_settings import (
     NestedSecretsSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
+from lagwatch.matchers import any_full_match, check_pattern
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
 
@@ -38,11 +41,12 @@ _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # nan and inf are never a sensible setting (nan even passes range checks unnoticed in places).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NameFilter(_Strict):
-    """Regexes matched against the whole name (fullmatch); exclude wins over include."""
+    """Regexes (RE2, see lagwatch.matchers) matched against the whole name; exclude wins over include."""
 
     include: list[str] = Field(default_factory=lambda: [".*"])
     exclude: list[str] = Field(default_factory=list)
@@ -51,14 +55,11 @@ class NameFilter(_Strict):
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:
         for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regex {p!r}: {e}") from None
+            check_pattern(p)
         return patterns
 
     def matches(self, name: str) -> bool:
-        return any(re.fullmatch(p, name) for p in self.include) and not any(re.fullmatch(p, name) for p in self.exclude)
+        return any_full_match(self.include, name) and not any_full_match(self.exclude, name)
 
 
 class TlsConfig(_Strict):
@@ -165,6 +166,11 @@ class ClusterConfig(_Strict):
         return servers
 
 
+_POLL_INTERVAL: TypeAdapter[float] = TypeAdapter(
+    Annotated[float, *ClusterConfig.model_fields["poll_interval_s"].metadata, Field(allow_inf_nan=False)]
+)
+
+
 class HttpConfig(_Strict):
     """The exporter and the JSON API share one port."""
 
@@ -184,6 +190,7 @@ class Settings(BaseSettings):
         secrets_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
     clusters: dict[str, ClusterConfig] = Field(default_factory=dict)
@@ -220,6 +227,14 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, secrets, YamlConfigSettingsSource(settings_cls))
 
 
+def check_poll_interval(seconds: float) -> float:
+    """The same bounds as `poll_interval_s` in the config (for `run --interval`); ValueError says why not."""
+    try:
+        return float(_POLL_INTERVAL.validate_python(seconds))
+    except ValidationError as e:
+        raise ValueError(str(e.errors()[0]["msg"])) from None
+
+
 def load_settings(config_file: Path | None = None, secrets_dir: Path | None = None, **overrides: Any) -> Settings:
     """Loads and validates everything; raises ConfigError with one line per problem, naming the field."""
     secrets_dir = secrets_dir or _env_path("LAGWATCH_SECRETS_DIR")
@@ -238,6 +253,12 @@ def load_settings(config_file: Path | None = None, secrets_dir: Path | None = No
         return loaded_cls(**overrides)  # type: ignore[no-any-return]
     except ValidationError as e:
         raise ConfigError([_describe(err) for err in e.errors()]) from None
+    except SettingsError as e:  # e.g. LAGWATCH_CLUSTERS='{bad': a complex field's env value must be JSON
+        field = re.search(r'field "([^"]+)"', str(e))
+        name = field.group(1) if field else "config"
+        raise ConfigError(
+            [f"{name}: invalid value from the environment or secrets (complex fields take JSON)"]
+        ) from None
 
 
 def _env_path(name: str) -> Path | None:
@@ -245,9 +266,38 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's own rule, which PyYAML does not enforce: a key appears once per mapping. (Otherwise the last one wins
+    silently, e.g. a second `prod:` cluster replacing the first.)"""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the constructor below reports it as PyYAML does
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        self.key, self.line = key, line
+
+
 def _check_yaml(path: Path) -> None:
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError([f"config: {path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x})"]) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ConfigError([f"config: {path}:{e.line}: duplicate key {e.key!r}"]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

@@ -59,7 +59,9 @@ class Daemon:
         )
         self.routes = {name: route for name, (_, route) in configured.items()}
         self._saved: tuple[object, ...] | None = None
-        self.dispatcher = Dispatcher(self.outbox, self.notifiers, self.save_alerts, clock)
+        self.dispatcher = Dispatcher(
+            self.outbox, self.notifiers, self.save_alerts, clock, max_age_s=settings.notifiers.max_age_s
+        )
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
             for name, cfg in (clusters if clusters is not None else settings.clusters).items()

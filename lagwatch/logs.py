@@ -1,17 +1,106 @@
-"""Structured logs: JSON lines in containers (stderr not a terminal), readable text on a terminal."""
+"""Structured logs: JSON lines in containers (stderr not a terminal), readable text on a terminal.
+
+Secrets never reach the log: libraries log them on their own (slack-sdk the incoming-webhook URL at INFO when it
+retries, kafka-python its whole configuration, SASL and TLS key passwords included, at DEBUG). `configure` puts
+a filter on the root handler that replaces every configured secret value, and the known shapes of secrets
+(Slack webhook URLs and tokens, bearer tokens, passwords in URLs), in each message, its extra fields and its
+traceback, whatever logger it came from.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from pydantic import BaseModel, SecretStr
+
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+REDACTED = "***"
+# Shorter values are not redacted: replacing every "ab" in every line would garble the log, and the gaps would show
+# where, and so what, the secret is. A real password, token or URL is longer.
+MIN_SECRET_LENGTH = 4
+# Shapes that are secret whatever the configuration says, e.g. a URL some library builds or prints.
+_KNOWN_SHAPES = [
+    (re.compile(r"(hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/)[^\s'\"<>)\]}]+"), rf"\1{REDACTED}"),
+    (re.compile(r"\bxox[abeoprs]-[A-Za-z0-9-]+"), REDACTED),  # Slack tokens
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), rf"\1{REDACTED}"),
+    (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), rf"\1{REDACTED}@"),  # https://user:password@host
+]
 
 
 def _extras(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def secret_values(model: object) -> set[str]:
+    """Every SecretStr value in a pydantic model, however deep (clusters, notifiers, http tokens...)."""
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, SecretStr):
+            found.add(value.get_secret_value())
+        elif isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                walk(getattr(value, name))
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple | set | frozenset):
+            for item in value:
+                walk(item)
+
+    walk(model)
+    return found
+
+
+class RedactSecrets(logging.Filter):
+    """Replaces secrets in a record before any formatter sees it. On a handler, it covers every logger."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        self._values = re.compile("|".join(re.escape(v) for v in values)) if values else None
+
+    def redact(self, text: str) -> str:
+        if self._values is not None:
+            text = self._values.sub(REDACTED, text)
+        for pattern, replacement in _KNOWN_SHAPES:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: logging reports it; leave the record as it was
+            return True
+        redacted = self.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        for key, value in _extras(record).items():
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            clean = self.redact(text)
+            if clean != text:
+                setattr(record, key, clean)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        return True
+
+
+def _traceback(record: logging.LogRecord) -> str | None:
+    # The filter leaves the (redacted) traceback in exc_text; format it here only if no filter ran.
+    if record.exc_text:
+        return record.exc_text
+    if record.exc_info:
+        return logging.Formatter().formatException(record.exc_info)
+    return None
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,8 +112,10 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             **_extras(record),
         }
-        if record.exc_info and record.levelno >= logging.ERROR:
-            entry["exception"] = self.formatException(record.exc_info).splitlines()[-1]
+        trace = _traceback(record)
+        if trace:
+            entry["exception"] = trace.splitlines()[-1]
+            entry["traceback"] = trace.splitlines()
         return json.dumps(entry, default=str)
 
 
@@ -32,17 +123,23 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         extras = " ".join(f"{k}={v}" for k, v in _extras(record).items() if k not in ("alerts", "group"))
-        return f"{ts} {record.levelname:<7} {record.getMessage()}" + (f"  [{extras}]" if extras else "")
+        line = f"{ts} {record.levelname:<7} {record.getMessage()}" + (f"  [{extras}]" if extras else "")
+        trace = _traceback(record)
+        return f"{line}\n{trace}" if trace else line
 
 
-def configure(level: str = "INFO", fmt: str = "auto") -> None:
+def configure(level: str = "INFO", fmt: str = "auto", secrets: Iterable[str] = ()) -> None:
+    """Logs to stderr at `level`; `secrets` (e.g. `secret_values(settings)`) never appear in what is written."""
     if fmt == "auto":
         fmt = "text" if sys.stderr.isatty() else "json"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level))
     # kafka-python logs every connection failure with a traceback; lagwatch reports them itself, in one line.
     logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # slack-sdk logs request URLs (an incoming webhook's is its secret) and bodies at INFO and DEBUG: drop those.
+    logging.getLogger("slack_sdk").setLevel(logging.WARNING)

@@ -1,6 +1,7 @@
 """A Slack-Web-API-compatible server on loopback (what slack-sdk's base_url points at in the tests).
 
-It records every call, and can be told to answer 429 with Retry-After, 500, or slowly, or to be down altogether.
+It records every call, and can be told to answer 429 with Retry-After, 500, a Slack error code (invalid_auth,
+message_not_found, ...) for a given method, or slowly, or to be down altogether.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Call:
     args: dict[str, Any]
     at: float
     status: int
+    error: str | None = None  # the Slack error code answered with HTTP 200 and "ok": false
 
 
 @dataclass
@@ -30,6 +32,8 @@ class FakeSlack:
     retry_after: int = 1
     fail_next: int = 0  # answer the next N calls with 500
     delay_s: float = 0.0
+    # Per API method ("chat.update"), Slack error codes for its next calls, one per call: {"ok": false, "error"}.
+    errors_next: dict[str, list[str]] = field(default_factory=dict)
     token: str = "xoxb-test-Token-42"
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -41,7 +45,9 @@ class FakeSlack:
 
     def delivered(self, method: str | None = None) -> list[Call]:
         with self._lock:
-            return [c for c in self.calls if c.status == 200 and (method is None or c.method == method)]
+            return [
+                c for c in self.calls if c.status == 200 and c.error is None and (method is None or c.method == method)
+            ]
 
     def start(self) -> FakeSlack:
         fake = self
@@ -94,8 +100,12 @@ class FakeSlack:
                 self.fail_next -= 1
                 self.calls.append(Call(method, args, time.monotonic(), 500))
                 return 500, {"ok": False, "error": "internal_error"}, {}
+            if self.errors_next.get(method):
+                code = self.errors_next[method].pop(0)
+                self.calls.append(Call(method, args, time.monotonic(), 200, code))
+                return 200, {"ok": False, "error": code}, {}
             if auth != f"Bearer {self.token}":
-                self.calls.append(Call(method, args, time.monotonic(), 200))
+                self.calls.append(Call(method, args, time.monotonic(), 200, "invalid_auth"))
                 return 200, {"ok": False, "error": "invalid_auth"}, {}
             self.calls.append(Call(method, args, time.monotonic(), 200))
             if method == "chat.postMessage":
@@ -104,7 +114,7 @@ class FakeSlack:
                     200,
                     {
                         "ok": True,
-                        "channel": "C" + str(abs(hash(args.get("channel"))) % 10**6),
+                        "channel": _channel_id(args.get("channel")),
                         "ts": f"1700000000.{self._ts:06d}",
                     },
                     {},
@@ -112,3 +122,9 @@ class FakeSlack:
             if method == "chat.update":
                 return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
             return 200, {"ok": False, "error": "unknown_method"}, {}
+
+
+def _channel_id(channel: Any) -> str:
+    """Slack answers with the channel's id, whether it was named (#kafka) or given by id (C123...)."""
+    name = str(channel)
+    return name if name.startswith("C") else "C" + str(abs(hash(name)) % 10**6)

@@ -16,6 +16,7 @@ CORE = [
 ALLOWED_PREFIXES = (
     *(f"lagwatch.{name}" for name in ("model", "matchers", "step", *CORE_PACKAGES)),
     "pydantic",  # the settings models (config types) of rules and alerts
+    "re2",  # user-supplied regexes run on RE2 (linear time): lagwatch.matchers
     *(
         "__future__",
         "collections",

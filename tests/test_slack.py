@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from lagwatch.alerts import AlertBook, AlertsConfig, Notification
 from lagwatch.model import Finding
-from lagwatch.notify import Dispatcher, Outbox, dispatcher
+from lagwatch.notify import Dispatcher, Outbox, PermanentError, dispatcher
 from lagwatch.notify.settings import SlackConfig
 from lagwatch.notify.slack import SlackNotifier
 from tests.conftest import wait_for
@@ -45,16 +46,20 @@ def finding(rule: str, group: str = "payments", severity: str = "warning", **lab
 
 
 class Lifecycle:
-    """The real alert book, stepping through time; what it decides goes to an outbox."""
+    """The real alert book, stepping through time from now (so that notifications are not older than the
+    dispatcher's maximum age); what it decides goes to an outbox, for `notifiers`."""
 
-    def __init__(self) -> None:
+    def __init__(self, notifiers: tuple[str, ...] = ("slack",)) -> None:
         self.book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0))
         self.outbox = Outbox()
+        self.notifiers = list(notifiers)
+        self.start = time.time()
 
-    def step(self, findings: list[Finding], now: float) -> list[Notification]:
+    def step(self, findings: list[Finding], after_s: float) -> list[Notification]:
+        now = self.start + after_s
         self.book.apply("prod", findings, frozenset(), now)
         notes = self.book.due(now)
-        self.outbox.add(notes, ["slack"])
+        self.outbox.add(notes, self.notifiers)
         return notes
 
 
@@ -197,13 +202,11 @@ def test_block_kit_limits_with_many_long_alerts(slack: FakeSlack) -> None:
     assert len(render.fallback_text(note)) <= 3000
 
 
-def test_bad_token_fails_without_showing_it(slack: FakeSlack) -> None:
-    from lagwatch.notify.base import DeliveryError
-
+def test_bad_token_fails_for_good_without_showing_it(slack: FakeSlack) -> None:
     n = notifier(slack)
     n.client.token = "xoxb-wrong-Secret-9"
     life = Lifecycle()
     (note,) = life.step([finding("lag")], 0)
-    with pytest.raises(DeliveryError) as e:
+    with pytest.raises(PermanentError) as e:
         n.send(note, None)
     assert str(e.value) == "slack chat_postMessage: invalid_auth" and "Secret" not in str(e.value)

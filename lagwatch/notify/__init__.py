@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from lagwatch.notify.base import DeliveryError, Notifier
-from lagwatch.notify.dispatcher import Dispatcher
+from lagwatch.notify.base import DeliveryError, Notifier, PermanentError, RetryableError
+from lagwatch.notify.dispatcher import Dispatcher, WorkerHealth
 from lagwatch.notify.log import LogNotifier
 from lagwatch.notify.outbox import Delivery, Outbox
 from lagwatch.notify.settings import NotifiersConfig, Route
@@ -37,6 +37,9 @@ __all__ = [
     "Notifier",
     "NotifiersConfig",
     "Outbox",
+    "PermanentError",
+    "RetryableError",
     "Route",
+    "WorkerHealth",
     "build_notifiers",
 ]

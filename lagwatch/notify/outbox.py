@@ -57,12 +57,15 @@ class Outbox:
                 self.deliveries.extend(Delivery(n, name) for name in notifiers)
             self.changed.notify_all()
 
-    def due(self, now: float) -> list[Delivery]:
-        """Deliveries to attempt now: per notifier and group only the oldest, so that order is kept."""
+    def due(self, now: float, notifier: str | None = None) -> list[Delivery]:
+        """Deliveries to attempt now (of one notifier, or all): per notifier and group only the oldest, so that
+        order is kept."""
         with self.changed:
             blocked: set[tuple[str, str]] = set()
             ready = []
             for d in self.deliveries:
+                if notifier is not None and d.notifier != notifier:
+                    continue
                 lane = (d.notifier, d.notification.group_key)
                 if lane in blocked:
                     continue
@@ -71,9 +74,15 @@ class Outbox:
                     ready.append(d)
             return ready
 
-    def next_attempt(self) -> float | None:
+    def next_attempt(self, notifier: str | None = None) -> float | None:
+        """When the next delivery (of one notifier, or any) can be attempted. Only the head of each lane counts:
+        a delivery queued behind one that waits for a retry is not due before it (counting it made a busy loop)."""
         with self.changed:
-            return min((d.next_attempt_at for d in self.deliveries), default=None)
+            heads: dict[tuple[str, str], float] = {}
+            for d in self.deliveries:
+                if notifier is None or d.notifier == notifier:
+                    heads.setdefault((d.notifier, d.notification.group_key), d.next_attempt_at)
+            return min(heads.values(), default=None)
 
     def done(self, delivery: Delivery, ref: dict[str, Any] | None) -> None:
         with self.changed:
@@ -84,9 +93,14 @@ class Outbox:
             elif ref is not None:
                 self.refs[key] = ref
 
-    def pending(self) -> int:
+    def discard(self, delivery: Delivery) -> None:
+        """Gives a delivery up (permanent failure, too old). The group's message reference stays as it was, so a
+        later update still edits the message that went out; a resolution ends the incident all the same."""
+        self.done(delivery, None)
+
+    def pending(self, notifier: str | None = None) -> int:
         with self.changed:
-            return len(self.deliveries)
+            return sum(1 for d in self.deliveries if notifier is None or d.notifier == notifier)
 
     def to_json(self) -> dict[str, Any]:
         with self.changed:

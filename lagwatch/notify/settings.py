@@ -66,7 +66,14 @@ class LogNotifierConfig(_Strict):
     route: Route = Field(default_factory=Route)
 
 
+# An undelivered notification older than this is dropped (with a log line and a counter). Six hours: longer than
+# the default repeat interval (4 h), so a group that still fires has a newer notification queued behind it by then;
+# short enough that, after a long outage or downtime, the on-call is not paged with the night's stale news.
+DEFAULT_MAX_AGE_S = 6 * 3600.0
+
+
 class NotifiersConfig(_Strict):
+    max_age_s: float = Field(default=DEFAULT_MAX_AGE_S, ge=60, le=7 * 86400)
     log: LogNotifierConfig = Field(default_factory=LogNotifierConfig)
     slack: SlackConfig | None = None
     slack_webhook: SlackWebhookConfig | None = None

@@ -2,7 +2,9 @@
 
 One message per alert group: a change updates it in place, a repeat replies in its thread, a resolution updates it
 to resolved and replies in the thread. slack-sdk retries 429 (honouring Retry-After), 5xx and connection errors;
-lagwatch paces messages to about one per second per channel. Both run on the notifier thread, never a poll's.
+lagwatch paces messages to about one per second per channel. Each runs on its own notifier worker, never a
+poll's thread. Errors are sorted into permanent (bad token, unknown or archived channel, rejected payload) and
+retryable (the rest); a chat.update on a deleted message posts a new one instead.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from slack_sdk.webhook import WebhookClient
 
 from lagwatch.alerts import Notification
 from lagwatch.notify import render
-from lagwatch.notify.base import DeliveryError
+from lagwatch.notify.base import DeliveryError, PermanentError, RetryableError, http_status_error
 from lagwatch.notify.settings import SlackConfig, SlackWebhookConfig
 
 PACE_S = 1.0
@@ -75,22 +77,101 @@ class SlackNotifier:
         try:
             return getattr(self.client, method)(channel=channel, **kwargs)
         except SlackApiError as e:
-            raise DeliveryError(f"slack {method}: {e.response.get('error', e.response.status_code)}") from None
-        except Exception as e:  # connection errors after slack-sdk's own retries
-            raise DeliveryError(f"slack {method}: {type(e).__name__}: {e}") from None
+            raise _api_error(method, e) from None
+        except Exception as e:  # connection errors and timeouts after slack-sdk's own retries
+            raise RetryableError(f"slack {method}: {type(e).__name__}: {e}") from None
+
+    def _post(self, channel: str, text: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+        response = self._call("chat_postMessage", channel, text=text, blocks=blocks)
+        return {"channel": response["channel"], "ts": response["ts"]}
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
         text = render.fallback_text(notification)
         blocks = render.blocks(notification, self.config.grafana_url)
         if ref is None or notification.kind == "firing":
             # A new incident for this group: a message of its own.
-            channel = self.channel_for(notification)
-            response = self._call("chat_postMessage", channel, text=text, blocks=blocks)
-            return {"channel": response["channel"], "ts": response["ts"]}
-        self._call("chat_update", ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
+            return self._post(self.channel_for(notification), text, blocks)
+        try:
+            self._call("chat_update", ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
+        except _MessageGone:
+            # Someone deleted the message (or it can no longer be edited): the news goes out as a new message,
+            # which later updates and replies then follow. Its thread went with it, so no reply this time.
+            return self._post(ref["channel"], text, blocks)
         if notification.kind in ("repeat", "resolved"):
             self._call("chat_postMessage", ref["channel"], thread_ts=ref["ts"], text=render.thread_text(notification))
         return ref
+
+
+# Slack's answers (the `error` field) that no retry can change: credentials, channel, or the message itself.
+# Anything not listed (ratelimited, internal_error, fatal_error, service_unavailable, request_timeout, and codes
+# Slack adds later) is retried until the notification's maximum age.
+PERMANENT_SLACK_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "no_permission",
+        "missing_scope",
+        "not_allowed_token_type",
+        "access_denied",
+        "ekm_access_denied",
+        "two_factor_setup_required",
+        "team_access_not_granted",
+        "org_login_required",
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "restricted_action",
+        "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel",
+        "restricted_action_non_threadable_channel",
+        "msg_too_long",
+        "no_text",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "invalid_attachments",
+        "too_many_attachments",
+        "invalid_arguments",
+        "invalid_arg_name",
+        "invalid_array_arg",
+        "invalid_charset",
+        "invalid_form_data",
+        "invalid_post_type",
+        "missing_post_type",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "unknown_method",
+    }
+)
+# chat.update's answers when the message to edit is gone or no longer editable.
+MESSAGE_GONE_ERRORS = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+
+
+class _MessageGone(PermanentError):
+    """The message a chat.update aimed at is gone: a reason to post anew, not a failure."""
+
+
+def _api_error(method: str, e: SlackApiError) -> DeliveryError:
+    code = e.response.get("error")
+    status = int(e.response.status_code)
+    message = f"slack {method}: {code or f'HTTP {status}'}"
+    if code in MESSAGE_GONE_ERRORS and method == "chat_update":
+        return _MessageGone(message)
+    if code in PERMANENT_SLACK_ERRORS:
+        return PermanentError(message)
+    if status != 200:  # slack-sdk already retried 429 and 5xx; pass on when Slack wants the next try
+        return http_status_error(f"slack {method}", status, _header(e.response.headers, "Retry-After"), code or "")
+    return RetryableError(message)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    """A header from slack-sdk's response headers (a dict of str or of lists), whatever the case of its name."""
+    for key, value in (headers or {}).items():
+        if str(key).lower() == name.lower():
+            return str(value[0] if isinstance(value, list) and value else value)
+    return None
 
 
 class SlackWebhookNotifier:
@@ -108,10 +189,15 @@ class SlackWebhookNotifier:
             response = self.client.send(
                 text=render.fallback_text(notification), blocks=render.blocks(notification, self.config.grafana_url)
             )
-        except Exception as e:
-            raise DeliveryError(
-                f"slack webhook: {type(e).__name__}"
-            ) from None  # the URL is a secret: not in the message
+        except Exception as e:  # connection errors and timeouts; the URL is a secret, so only the error's kind
+            raise RetryableError(f"slack webhook: {type(e).__name__}") from None
         if response.status_code != 200:
-            raise DeliveryError(f"slack webhook: HTTP {response.status_code} {response.body[:100]}")
+            # Slack's webhook answers 400 invalid_payload, 403 action_prohibited, 404 no_service or
+            # channel_not_found, 410 channel_is_archived: permanent. 5xx after slack-sdk's retries: retryable.
+            raise http_status_error(
+                "slack webhook",
+                response.status_code,
+                _header(response.headers, "Retry-After"),
+                str(response.body)[:100],
+            )
         return None

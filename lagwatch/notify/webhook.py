@@ -8,6 +8,7 @@ The lagwatch webhook body (schema version 1):
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.alerts import Notification
-from lagwatch.notify.base import DeliveryError
+from lagwatch.notify.base import RetryableError, http_status_error
 from lagwatch.notify.settings import WebhookConfig
 
 _FIELDS = (
@@ -89,7 +90,9 @@ class WebhookNotifier:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
                 response.read()
         except urllib.error.HTTPError as e:
-            raise DeliveryError(f"webhook {self.name}: HTTP {e.code}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise DeliveryError(f"webhook {self.name}: {getattr(e, 'reason', e)}") from None
+            # 4xx (but 408 and 429) says the receiver will never take this notification; 5xx may pass.
+            raise http_status_error(f"webhook {self.name}", e.code, e.headers.get("Retry-After")) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            # Refused, reset, timed out, DNS, a garbled answer: the receiver may be back later.
+            raise RetryableError(f"webhook {self.name}: {getattr(e, 'reason', None) or type(e).__name__}") from None
         return None

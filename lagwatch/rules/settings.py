@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lagwatch.matchers import check_pattern, full_match
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -105,16 +106,16 @@ class Match(_Strict):
     def _compiles(self) -> Match:
         for name in ("cluster", "group", "topic"):
             try:
-                re.compile(getattr(self, name))
-            except re.error as e:
-                raise ValueError(f"{name}: invalid regex: {e}") from None
+                check_pattern(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
         return self
 
     def matches(self, cluster: str, group: str | None, topic: str | None) -> bool:
         return (
-            re.fullmatch(self.cluster, cluster) is not None
-            and (group is None or re.fullmatch(self.group, group) is not None)
-            and (topic is None or re.fullmatch(self.topic, topic) is not None)
+            full_match(self.cluster, cluster)
+            and (group is None or full_match(self.group, group))
+            and (topic is None or full_match(self.topic, topic))
         )
 
 

@@ -1,0 +1,406 @@
+"""The dispatcher's workers: one per notifier, never blocked by another, never killed by a failure (of a notifier,
+of persist(), of their own loop); permanent failures dropped and recorded, retryable ones retried, old ones
+expired. Slack and webhooks are real servers on loopback; no Kafka broker needed."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lagwatch.alerts import Notification
+from lagwatch.notify import Dispatcher, LogNotifier, Outbox, PermanentError, RetryableError, dispatcher
+from lagwatch.notify.settings import WebhookConfig
+from lagwatch.notify.webhook import WebhookNotifier
+from tests.conftest import wait_for
+from tests.fake_slack import FakeSlack
+from tests.test_slack import Lifecycle, finding, notifier
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatcher, "BACKOFF_FIRST_S", 0.05)
+    monkeypatch.setattr(dispatcher, "BACKOFF_MAX_S", 0.2)
+    monkeypatch.setattr(dispatcher, "PERSIST_RETRY_S", 0.1)
+
+
+def note(group: str, number: int, kind: str = "update", created_at: float | None = None) -> Notification:
+    at = time.time() if created_at is None else created_at
+    return Notification(
+        id=f"{group}-{number}",
+        group_key=f"cluster=prod|group={group}",
+        group_labels={"cluster": "prod", "group": group},
+        kind=kind,
+        severity="warning",
+        created_at=at,
+        alerts=(
+            {
+                "rule": "lag",
+                "severity": "warning",
+                "state": "resolved" if kind == "resolved" else "firing",
+                "labels": {"cluster": "prod", "group": group},
+                "summary": f"lag on {group}",
+                "started_at": at,
+                "resolved_at": None,
+            },
+        ),
+    )
+
+
+class Recorder:
+    """A notifier that records what it delivers; `fail_with` maps a notification id to errors to raise, in turn."""
+
+    def __init__(self, name: str = "rec") -> None:
+        self.name = name
+        self.sent: list[str] = []
+        self.fail_with: dict[str, list[Exception]] = {}
+        self.lock = threading.Lock()
+
+    def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        with self.lock:
+            errors = self.fail_with.get(notification.id)
+            if errors:
+                raise errors.pop(0)
+            self.sent.append(notification.id)
+        return None
+
+
+def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if text in r.getMessage()]
+
+
+def test_a_slack_retry_after_does_not_delay_the_log_notifier(slack: FakeSlack) -> None:
+    slack.rate_limit_next, slack.retry_after = 1, 5
+    life = Lifecycle(("slack", "log"))
+    life.step([finding("lag")], 0)
+    started = time.monotonic()
+    d = Dispatcher(life.outbox, {"slack": notifier(slack), "log": LogNotifier()}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: d.health()["log"].delivered == 1, timeout=10, interval=0.02, what="the log notification")
+        assert time.monotonic() - started < 1.0  # not after Slack's 5 s
+        assert d.health()["slack"].delivered == 0 and life.outbox.pending("slack") == 1
+        wait_for(lambda: d.health()["slack"].delivered == 1, timeout=20, interval=0.05, what="the Slack message")
+        assert time.monotonic() - started >= 5.0  # Slack's Retry-After was honoured
+    finally:
+        d.stop()
+    assert len(slack.delivered("chat.postMessage")) == 1 and life.outbox.pending() == 0
+
+
+def test_invalid_auth_is_recorded_once_and_blocks_no_later_notification(
+    slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    slack.errors_next["chat.postMessage"] = ["invalid_auth"]
+    life = Lifecycle()
+    (refused,) = life.step([finding("lag", group="a")], 0)
+    life.step([finding("lag", group="a"), finding("stalled", group="a"), finding("lag", group="b")], 30)
+    assert [(d.notification.group_key, d.notification.kind) for d in life.outbox.deliveries] == [
+        ("cluster=prod|group=a", "firing"),
+        ("cluster=prod|group=a", "update"),
+        ("cluster=prod|group=b", "firing"),
+    ]
+    d = Dispatcher(life.outbox, {"slack": notifier(slack)}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: life.outbox.pending() == 0, timeout=20, interval=0.05, what="delivery")
+        health = d.health()["slack"]
+    finally:
+        d.stop()
+    assert (health.alive, health.delivered, health.failed_permanent, health.retried) == (True, 2, 1, 0)
+    assert health.last_error is not None and "invalid_auth" in health.last_error
+    (record,) = messages(caplog, "refused for good")
+    assert record.notification_id == refused.id and "invalid_auth" in record.error  # type: ignore[attr-defined]
+    posts = sorted(c.args["text"].split(" (")[0] for c in slack.delivered("chat.postMessage"))
+    assert posts == ["[FIRING] WARNING: prod / b", "[UPDATE] WARNING: prod / a"]  # a's update: its first message
+    assert [c.error for c in slack.calls if c.error] == ["invalid_auth"]  # tried once, never again
+
+
+def test_a_deleted_message_is_posted_anew(slack: FakeSlack) -> None:
+    life = Lifecycle()
+    n = notifier(slack)
+    life.step([finding("lag")], 0)
+    first_run = Dispatcher(life.outbox, {"slack": n}, persist=lambda: None).start()
+    wait_for(lambda: life.outbox.pending() == 0, timeout=20, interval=0.05, what="firing")
+    first_run.stop()
+    (first,) = life.outbox.refs.values()
+    slack.errors_next["chat.update"] = ["message_not_found"]  # someone deleted it in Slack
+    life.step([finding("lag"), finding("stalled", severity="critical")], 30)
+    d = Dispatcher(life.outbox, {"slack": n}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: life.outbox.pending() == 0, timeout=20, interval=0.05, what="update")
+        (second,) = life.outbox.refs.values()
+        life.step([], 60)
+        wait_for(lambda: life.outbox.pending() == 0, timeout=20, interval=0.05, what="resolved")
+        health = d.health()["slack"]
+    finally:
+        d.stop()
+    assert second["ts"] != first["ts"] and second["channel"] == first["channel"]
+    assert (health.delivered, health.failed_permanent, health.retried) == (2, 0, 0)
+    calls = [(c.method, c.error, c.args.get("ts"), c.args.get("thread_ts")) for c in slack.calls]
+    assert calls == [
+        ("chat.postMessage", None, None, None),
+        ("chat.update", "message_not_found", first["ts"], None),
+        ("chat.postMessage", None, None, None),  # the update, as a new message
+        ("chat.update", None, second["ts"], None),  # resolved: the new message is edited...
+        ("chat.postMessage", None, None, second["ts"]),  # ...and replied to in its thread
+    ]
+    assert slack.calls[2].args["text"].startswith("[UPDATE] CRITICAL")
+
+
+def test_persist_failing_with_enospc_three_times_loses_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    groups = ("a", "b", "c")
+    expected = {g: [f"{g}-{i}" for i in range(4)] for g in groups}
+    for i in range(4):
+        outbox.add([note(g, i, "firing" if i == 0 else "update") for g in groups], ["rec"])
+    saves: list[dict[str, Any]] = []
+    failures = [3]
+
+    def persist() -> None:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saves.append(json.loads(json.dumps(outbox.to_json())))
+
+    rec = Recorder()
+    d = Dispatcher(outbox, {"rec": rec}, persist=persist).start()
+    try:
+        wait_for(lambda: len(rec.sent) == 12 and saves and not saves[-1]["deliveries"], timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert sorted(rec.sent) == sorted(i for ids in expected.values() for i in ids)  # each exactly once
+    for g in groups:
+        assert [i for i in rec.sent if i.startswith(g)] == expected[g]  # in order, per group
+    assert health.alive and health.delivered == 12 and health.persist_failures == 3
+    (logged,) = messages(caplog, "saving the alert state failed")  # once for the streak, with its traceback
+    assert logged.exc_info is not None and isinstance(logged.exc_info[1], OSError)
+    assert logged.exc_info[1].errno == errno.ENOSPC
+    assert len(messages(caplog, "saved again")) == 1
+
+
+def test_a_disk_that_never_recovers_still_delivers_from_memory() -> None:
+    outbox = Outbox()
+    outbox.add([note("a", i) for i in range(3)], ["rec"])
+
+    def persist() -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    rec = Recorder()
+    d = Dispatcher(outbox, {"rec": rec}, persist=persist).start()
+    try:
+        wait_for(lambda: len(rec.sent) == 3, timeout=10, what="delivery")
+        wait_for(lambda: d.health()["rec"].persist_failures >= 5, timeout=10, what="saves retried")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert rec.sent == ["a-0", "a-1", "a-2"] and health.alive and outbox.pending() == 0
+
+
+def test_retryable_errors_are_retried_in_order_and_permanent_ones_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0), note("b", 0)], ["rec"])
+    outbox.add([note("a", 1), note("b", 1)], ["rec"])
+    rec = Recorder()
+    rec.fail_with = {
+        "a-0": [RetryableError("down"), RetryableError("still down")],
+        "b-0": [PermanentError("channel_not_found")],
+    }
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: outbox.pending() == 0, timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert [i for i in rec.sent if i.startswith("a")] == ["a-0", "a-1"]  # a-1 waited for a-0's retries
+    assert [i for i in rec.sent if i.startswith("b")] == ["b-1"]
+    assert (health.delivered, health.retried, health.failed_permanent) == (3, 2, 1)
+    assert d.delivered == 3 and d.failed_attempts == 3
+    assert len(messages(caplog, "will retry")) == 2 and len(messages(caplog, "refused for good")) == 1
+
+
+def test_an_unexpected_exception_is_retried_and_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0)], ["rec"])
+    rec = Recorder()
+    rec.fail_with = {"a-0": [KeyError("blocks")]}
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: rec.sent == ["a-0"], timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert health.alive and health.unexpected_errors == 1 and health.retried == 1
+    (logged,) = messages(caplog, "will retry")
+    assert logged.exc_info is not None and isinstance(logged.exc_info[1], KeyError)
+
+
+def test_an_error_in_the_worker_loop_does_not_kill_the_worker(caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0)], ["rec"])
+    broken = [2]
+
+    def clock() -> float:
+        if broken[0] > 0:  # e.g. a bug, or anything the loop did not expect
+            broken[0] -= 1
+            raise RuntimeError("clock broke")
+        return time.time()
+
+    rec = Recorder()
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None, clock=clock).start()
+    try:
+        wait_for(lambda: rec.sent == ["a-0"], timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert health.alive and health.unexpected_errors >= 1 and health.delivered == 1
+    assert health.last_error == "RuntimeError: clock broke"
+    logged = messages(caplog, "worker error")
+    assert logged and logged[0].exc_info is not None
+    assert not d.health()["rec"].alive  # stop() ends it
+
+
+def test_notifications_older_than_max_age_are_dropped_with_a_record(caplog: pytest.LogCaptureFixture) -> None:
+    outbox = Outbox()
+    now = time.time()
+    outbox.add([note("a", 0, created_at=now - 7200), note("a", 1, created_at=now - 10)], ["rec"])
+    rec = Recorder()
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None, max_age_s=3600).start()
+    try:
+        wait_for(lambda: outbox.pending() == 0, timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert rec.sent == ["a-1"] and health.dropped_expired == 1 and health.delivered == 1
+    (logged,) = messages(caplog, "older than notifiers.max_age_s")
+    assert logged.notification_id == "a-0"  # type: ignore[attr-defined]
+
+
+def test_deliveries_of_a_notifier_no_longer_configured_are_dropped_at_start() -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0)], ["gone", "rec"])
+    saved: list[int] = []
+    rec = Recorder()
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: saved.append(outbox.pending())).start()
+    try:
+        wait_for(lambda: outbox.pending() == 0, timeout=10, what="delivery")
+    finally:
+        d.stop()
+    assert rec.sent == ["a-0"] and saved[0] == 1  # the orphan went first, and that was saved
+
+
+# -- webhooks ------------------------------------------------------------------------------------------------------
+
+
+class StatusReceiver:
+    """Answers each notification id with the statuses queued for it, in turn, then 200."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, list[int]] = {}
+        self.headers: dict[int, dict[str, str]] = {}
+        self.seen: list[tuple[str, int]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                queued = receiver.statuses.get(body["id"])
+                status = queued.pop(0) if queued else 200
+                receiver.seen.append((body["id"], status))
+                self.send_response(status)
+                for k, v in receiver.headers.get(status, {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[StatusReceiver]:
+    r = StatusReceiver()
+    yield r
+    r.stop()
+
+
+def test_webhook_400_is_permanent_and_503_is_retried(receiver: StatusReceiver) -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0), note("b", 0)], ["webhook:ops"])
+    outbox.add([note("b", 1)], ["webhook:ops"])
+    receiver.statuses = {"a-0": [503], "b-0": [400]}
+    hook = WebhookNotifier("webhook:ops", WebhookConfig(url=receiver.url, timeout_s=2))
+    d = Dispatcher(outbox, {"webhook:ops": hook}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: outbox.pending() == 0, timeout=10, what="delivery")
+        health = d.health()["webhook:ops"]
+    finally:
+        d.stop()
+    assert sorted(receiver.seen) == [("a-0", 200), ("a-0", 503), ("b-0", 400), ("b-1", 200)]
+    assert (health.delivered, health.retried, health.failed_permanent) == (2, 1, 1)
+    assert health.last_error is not None and "HTTP" in health.last_error
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, PermanentError),
+        (401, PermanentError),
+        (404, PermanentError),
+        (410, PermanentError),
+        (408, RetryableError),
+        (429, RetryableError),
+        (500, RetryableError),
+        (503, RetryableError),
+    ],
+)
+def test_webhook_http_statuses_are_classified(receiver: StatusReceiver, status: int, kind: type[Exception]) -> None:
+    receiver.statuses = {"a-0": [status]}
+    with pytest.raises(kind, match=f"HTTP {status}"):
+        WebhookNotifier("webhook:ops", WebhookConfig(url=receiver.url)).send(note("a", 0), None)
+
+
+def test_webhook_retry_after_and_connection_errors(receiver: StatusReceiver) -> None:
+    receiver.statuses = {"a-0": [429]}
+    receiver.headers = {429: {"Retry-After": "7"}}
+    with pytest.raises(RetryableError) as e:
+        WebhookNotifier("webhook:ops", WebhookConfig(url=receiver.url)).send(note("a", 0), None)
+    assert e.value.retry_after_s == 7.0
+    receiver.stop()
+    with pytest.raises(RetryableError):
+        WebhookNotifier("webhook:ops", WebhookConfig(url=receiver.url, timeout_s=2)).send(note("a", 0), None)
+
+
+def test_retry_after_sets_the_next_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatcher, "BACKOFF_MAX_S", 300.0)
+    outbox = Outbox()
+    outbox.add([note("a", 0)], ["rec"])
+    rec = Recorder()
+    rec.fail_with = {"a-0": [RetryableError("slow down", retry_after_s=60)]}
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: d.health()["rec"].retried == 1, timeout=10, what="first attempt")
+        (delivery,) = outbox.deliveries
+        assert 59 <= delivery.next_attempt_at - time.time() <= 60.5 and rec.sent == []
+    finally:
+        d.stop()
