@@ -136,39 +136,55 @@ class _Reader:
     def remaining(self) -> int:
         return len(self._buf) - self._pos
 
-    def _take(self, n: int) -> memoryview:
-        if n > len(self._buf) - self._pos:
-            raise _Malformed(f"truncated: {n} bytes wanted at byte {self._pos}, {self.remaining()} left")
-        start = self._pos
-        self._pos = start + n
-        return self._buf[start : self._pos]
+    def _truncated(self, wanted: int) -> _Malformed:
+        return _Malformed(f"truncated: {wanted} bytes wanted at byte {self._pos}, {self.remaining()} left")
 
-    def _fixed(self, fmt: struct.Struct) -> int:
-        pos = self._pos
-        if fmt.size > len(self._buf) - pos:
-            raise _Malformed(f"truncated: {fmt.size} bytes wanted at byte {pos}, {self.remaining()} left")
-        self._pos = pos + fmt.size
-        value: int = fmt.unpack_from(self._buf, pos)[0]
+    def _take(self, n: int) -> memoryview:
+        start = self._pos
+        if n > len(self._buf) - start:
+            raise self._truncated(n)
+        self._pos = start + n
+        return self._buf[start : start + n]
+
+    # The fixed-size readers are the hot path (several per record): struct reports a short buffer itself.
+    def int16(self) -> int:
+        try:
+            value: int = _INT16.unpack_from(self._buf, self._pos)[0]
+        except struct.error:
+            raise self._truncated(2) from None
+        self._pos += 2
         return value
 
-    def int16(self) -> int:
-        return self._fixed(_INT16)
-
     def int32(self) -> int:
-        return self._fixed(_INT32)
+        try:
+            value: int = _INT32.unpack_from(self._buf, self._pos)[0]
+        except struct.error:
+            raise self._truncated(4) from None
+        self._pos += 4
+        return value
 
     def int64(self) -> int:
-        return self._fixed(_INT64)
+        try:
+            value: int = _INT64.unpack_from(self._buf, self._pos)[0]
+        except struct.error:
+            raise self._truncated(8) from None
+        self._pos += 8
+        return value
 
     def uvarint(self) -> int:
         # Kafka's unsigned varints encode an int32: at most 5 bytes of 7 bits each.
+        buf, pos = self._buf, self._pos
         result = 0
         for shift in range(0, 35, 7):
-            byte = self._take(1)[0]
+            if pos >= len(buf):
+                raise self._truncated(1)
+            byte = buf[pos]
+            pos += 1
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 if result > 0xFFFFFFFF:
                     raise _Malformed("unsigned varint does not fit 32 bits")
+                self._pos = pos
                 return result
         raise _Malformed("unsigned varint longer than 5 bytes")
 
@@ -180,15 +196,17 @@ class _Reader:
 
     def nullable_string(self) -> str | None:
         length = self.int16()
-        if length < -1:
+        if length < 0:
+            if length == -1:
+                return None
             raise _Malformed(f"string length {length}")
-        return None if length == -1 else self._text(length)
+        return self._text(length)
 
     def string(self) -> str:
-        text = self.nullable_string()
-        if text is None:
-            raise _Malformed("null in a non-nullable string")
-        return text
+        length = self.int16()
+        if length < 0:
+            raise _Malformed("null in a non-nullable string" if length == -1 else f"string length {length}")
+        return self._text(length)
 
     def compact_nullable_string(self) -> str | None:
         length_plus_one = self.uvarint()
@@ -280,7 +298,7 @@ def _offset_commit(group: str, topic: str, partition: int, version: int, r: _Rea
     expire_timestamp_ms = r.int64() if version == 1 else -1
     if flexible:
         r.skip_tagged_fields()
-    r.expect_end(f"offset commit value v{version}")
+    r.expect_end("offset commit value")
     return OffsetCommit(
         group=group,
         topic=topic,
@@ -324,7 +342,7 @@ def _group_metadata(group: str, version: int, r: _Reader) -> GroupMetadata:
         members.append(GroupMember(member_id, group_instance_id, client_id, client_host, topics))
     if flexible:
         r.skip_tagged_fields()
-    r.expect_end(f"group metadata value v{version}")
+    r.expect_end("group metadata value")
     return GroupMetadata(
         group=group,
         protocol_type=protocol_type,
