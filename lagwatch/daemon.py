@@ -9,6 +9,7 @@ change of alerts or outbox, and history every `history_save_interval_s` and at s
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from lagwatch.alerts import AlertBook
+from lagwatch.alerts import AlertBook, Receiver
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
@@ -52,15 +53,17 @@ class Daemon:
         self.store = StateStore(settings.state_dir).open()
         self.resolver = RuleResolver(settings.rules)
         self.book_lock = threading.RLock()
-        self.book, self.outbox = self._load_alerts()
+        self.state_failures = 0  # saves the disk refused
+        self.state_owed = False  # the last save failed: memory is ahead of the disk
         configured = build_notifiers(settings) if notifiers is None else {}
         self.notifiers: dict[str, Notifier] = (
             dict(notifiers) if notifiers is not None else {name: n for name, (n, _) in configured.items()}
         )
         self.routes = {name: route for name, (_, route) in configured.items()}
+        self.book, self.outbox = self._load_alerts()
         self._saved: tuple[object, ...] | None = None
         self.dispatcher = Dispatcher(
-            self.outbox, self.notifiers, self.save_alerts, clock, max_age_s=settings.notifiers.max_age_s
+            self.outbox, self.notifiers, self.save_outbox, clock, max_age_s=settings.notifiers.max_age_s
         )
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
@@ -88,11 +91,36 @@ class Daemon:
 
     # -- state ------------------------------------------------------------------------------------------------------
 
+    def _receivers(self) -> tuple[Receiver, ...]:
+        """Each notifier with its route, as the alert lifecycle sees them (routing comes before dedup)."""
+        receivers = []
+        for name in self.notifiers:
+            route = self.routes.get(name)
+            if route is None:
+                receivers.append(Receiver(name))
+            else:
+                receivers.append(Receiver(name, route.min_severity, tuple(sorted(route.matchers.items()))))
+        return tuple(receivers)
+
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:
-        raw = self.store.read_alerts() or {}
-        book = AlertBook.from_json(self.settings.alerts, raw.get("book", {}))
+        raw = self.store.read_alerts()
+        try:
+            book = AlertBook.from_json(self.settings.alerts, raw["book"], self._receivers())
+        except (KeyError, TypeError, ValueError) as e:
+            # Rows of another shape (a newer lagwatch, a hand edit): never crash, never wipe silently.
+            log.error("alert state of an unknown shape set aside; starting without it", extra={"error": str(e)})
+            for table, rows in (("alerts", raw["book"]["alerts"]), ("alert_groups", raw["book"]["groups"])):
+                for row in rows:
+                    self.store.db.set_aside(table, str(row.get("key")), f"unknown shape: {e}")
+            book = AlertBook(self.settings.alerts, receivers=self._receivers(), sequence=raw["book"]["sequence"])
         book.load_config_silences()
-        outbox = Outbox.from_json(raw.get("outbox"))
+        try:
+            outbox = Outbox.from_json(raw.get("outbox"))
+        except (KeyError, TypeError, ValueError) as e:
+            log.error("queued notifications of an unknown shape set aside", extra={"error": str(e)})
+            for d in raw["outbox"]["deliveries"]:
+                self.store.db.set_aside("outbox", f"{d.get('notifier')}|{d.get('notification', {}).get('id')}", str(e))
+            outbox = Outbox(refs=raw["outbox"]["refs"])
         if book.alerts or outbox.deliveries:
             log.info(
                 "alert state restored",
@@ -101,18 +129,36 @@ class Daemon:
         return book, outbox
 
     def save_alerts(self) -> None:
+        """Saves what changed. A disk that refuses is counted and logged once per streak; alerting goes on from
+        memory and the next save writes everything still owed."""
         with self.book_lock:
-            self.store.write_alerts({"book": self.book.to_json(), "outbox": self.outbox.to_json()})
+            try:
+                self.store.save_alerts(self.book, self.outbox)
+            except (sqlite3.Error, OSError) as e:
+                self.state_failures += 1
+                if not self.state_owed:
+                    log.error("saving the alert state failed; alerting goes on from memory", extra={"error": str(e)})
+                self.state_owed = True
+                return
+            if self.state_owed:
+                log.warning("alert state saved again", extra={"failed_saves": self.state_failures})
+            self.state_owed = False
             self._saved = self.book.fingerprint()
 
+    def save_outbox(self) -> None:
+        """After a delivery: the outbox rows only (the notifier workers count and retry failures)."""
+        self.store.save_alerts(None, self.outbox)
+
     def _load_history(self, name: str, config: ClusterConfig) -> ClusterHistory:
-        raw = self.store.read_history(name)
-        history = ClusterHistory(name)
-        if raw is not None:
+        history = None
+        for raw in self.store.read_history(name):
             try:
                 history = ClusterHistory.from_json(raw)
+                break
             except (KeyError, TypeError, ValueError) as e:
-                log.error("history unreadable, starting afresh", extra={"cluster": name, "error": str(e)})
+                log.error("history unreadable, trying the one saved before", extra={"cluster": name, "error": str(e)})
+        if history is None:
+            history = ClusterHistory(name)
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
         return history
@@ -120,8 +166,12 @@ class Daemon:
     def save_history(self, runtime: ClusterRuntime) -> None:
         with runtime.lock:
             data = runtime.history.to_json()
-        self.store.write_history(runtime.name, data)
-        runtime.history_saved_at = self.clock()
+        runtime.history_saved_at = self.clock()  # a failure waits for the next interval, not the next poll
+        try:
+            self.store.write_history(runtime.name, data)
+        except (sqlite3.Error, OSError) as e:
+            self.state_failures += 1
+            log.error("saving history failed; it stays in memory", extra={"cluster": runtime.name, "error": str(e)})
 
     # -- the pipeline -----------------------------------------------------------------------------------------------
 
@@ -190,10 +240,8 @@ class Daemon:
         with self.outbox.changed:
             notifications = self.book.due(now)
             for n in notifications:
-                self.outbox.add(
-                    [n], [name for name in self.notifiers if name not in self.routes or self.routes[name].accepts(n)]
-                )
-            if notifications or self.book.fingerprint() != self._saved:
+                self.outbox.add([n], [n.receiver])
+            if notifications or self.state_owed or self.book.fingerprint() != self._saved:
                 self.save_alerts()  # not on every poll: only when something that must survive a restart changed
 
     def _on_job_event(self, event: JobExecutionEvent) -> None:

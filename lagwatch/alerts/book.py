@@ -10,9 +10,16 @@ Pure: `apply` and `due` take the time from their caller; persistence is plain JS
   so that after the outage their `for` counts fresh evidence only
   held alerts (a rule could not judge its window) neither fire nor resolve; pending ones restart their `for`
 
-Notifications go per alert group (labels in `group_by`): the first after `group_wait`, changes at most every
-`group_interval`, an unchanged firing group again after `repeat_interval`, and a last one when all resolved.
-Silenced alerts and alerts inhibited by another firing alert (`inhibit_rules`, as Alertmanager's) are not notified.
+Notifications go per alert group (labels in `group_by`) and per receiver, as Alertmanager's pipeline:
+route (a receiver takes the alerts its route accepts) -> silence and inhibition -> per-receiver dedup (each receiver
+remembers what it was told, so it never gets a "resolved" for an alert it never saw) -> the outbox. Per receiver:
+the first after `group_wait`, changes at most every `group_interval`, an unchanged firing group again after
+`repeat_interval`, and a last one when all resolved. An alert that drops below a receiver's route (a critical that
+becomes a warning, for a pager taking criticals) is resolved for that receiver.
+
+Storms: when more than `storm_threshold` alert groups of one cluster would start firing for a receiver at once, it
+gets one summary for the cluster instead (counts by rule, the worst groups), and an update when the storm ends; the
+groups are tracked and resolve one by one as always (API, metrics), quietly for that receiver.
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ from lagwatch.matchers import labels_match
 from lagwatch.model import Finding
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _lag_of(alert: Alert) -> int:
+    lag = alert.details.get("lag")
+    return lag if isinstance(lag, int) else 0
 
 
 def for_elapsed(started_at: float, for_s: float, now: float) -> bool:
@@ -72,13 +84,43 @@ class Silence:
         return labels_match(self.matchers, labels)
 
 
+@dataclass(frozen=True)
+class Receiver:
+    """A notifier as the lifecycle sees it: which alerts its route takes (at least `min_severity`, labels matching
+    `matchers`, regexes on the whole value; `rule` and `severity` count as labels)."""
+
+    name: str
+    min_severity: str = "info"
+    matchers: tuple[tuple[str, str], ...] = ()
+
+    def accepts(self, alert: Alert) -> bool:
+        if _RANK.get(alert.severity, 0) < _RANK.get(self.min_severity, 0):
+            return False
+        return not self.matchers or labels_match(dict(self.matchers), alert.matchable())
+
+
+EVERYONE = (Receiver("default"),)
+
+
 @dataclass
 class AlertGroup:
     key: str
     labels: dict[str, str]
-    notified: dict[str, str] = field(default_factory=dict)  # alert key -> severity, as last announced
-    last_notified_at: float | None = None
-    refs: dict[str, Any] = field(default_factory=dict)  # per notifier: where its message lives (Slack ts, ...)
+    # Per receiver: alert key -> severity, as last announced to it, and when.
+    notified: dict[str, dict[str, str]] = field(default_factory=dict)
+    last_notified_at: dict[str, float] = field(default_factory=dict)
+    storm: dict[str, str] = field(default_factory=dict)  # receiver -> storm key: announced in a storm summary
+
+
+@dataclass
+class Storm:
+    """Alert groups of one cluster announced to one receiver as a single summary."""
+
+    key: str
+    receiver: str
+    cluster: str
+    members: dict[str, str] = field(default_factory=dict)  # group key -> worst severity when announced
+    last_notified_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +132,8 @@ class Notification:
     severity: str
     created_at: float
     alerts: tuple[dict[str, Any], ...]  # the group's firing alerts, then those resolved since the last one
+    receiver: str = "default"
+    storm: dict[str, Any] | None = None  # a storm summary: cluster, groups firing, counts by rule, worst groups
 
     @property
     def firing(self) -> list[dict[str, Any]]:
@@ -110,6 +154,8 @@ class AlertBook:
     groups: dict[str, AlertGroup] = field(default_factory=dict)
     silences: list[Silence] = field(default_factory=list)
     sequence: int = 0
+    receivers: tuple[Receiver, ...] = EVERYONE
+    storms: dict[str, Storm] = field(default_factory=dict)
 
     # -- alert states -------------------------------------------------------------------------------------------
 
@@ -202,7 +248,8 @@ class AlertBook:
         return False
 
     def due(self, now: float) -> list[Notification]:
-        """Notifications to send now. Their effect on the groups is recorded at once (they go to the outbox)."""
+        """Notifications to send now, each for one receiver. Their effect is recorded at once (they go to the
+        outbox in the same save)."""
         sources = [a for a in self.alerts.values() if a.state == "firing"] if self.config.inhibit_rules else []
         by_group: dict[str, list[Alert]] = {}
         for alert in self.alerts.values():
@@ -210,52 +257,94 @@ class AlertBook:
             by_group.setdefault(gkey, []).append(alert)
             self.groups.setdefault(gkey, AlertGroup(gkey, labels))
         out: list[Notification] = []
+        starting: dict[tuple[str, str], list[tuple[AlertGroup, list[Alert]]]] = {}  # (receiver, cluster) -> firsts
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
-            firing = [
+            live = [
                 a
                 for a in alerts
                 if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, sources)
             ]
-            current = {a.key: a.severity for a in firing}
-            resolved = [a for a in alerts if a.state == "resolved" and a.key in group.notified]
-            kind = self._kind(group, firing, current, resolved, now)
-            if kind is not None:
-                out.append(self._notify(group, kind, firing, resolved, now))
-                group.notified, group.last_notified_at = current, now
-            else:
-                # Alerts silenced since the last notification leave quietly, without a "resolved".
-                for k in [
-                    k
-                    for k in group.notified
-                    if k not in current and k in self.alerts and self.alerts[k].state == "firing"
-                ]:
-                    del group.notified[k]
-            # Resolved alerts are done once announced, or if they never were.
+            live_keys = {a.key for a in live}
+            for receiver in self.receivers:
+                r = receiver.name
+                told = group.notified.get(r, {})
+                firing = [a for a in live if receiver.accepts(a)]
+                current = {a.key: a.severity for a in firing}
+                # Announced, and now resolved, or still firing but below this receiver's route.
+                left = [
+                    a
+                    for a in alerts
+                    if a.key in told and a.key not in current and (a.state == "resolved" or a.key in live_keys)
+                ]
+                kind = self._kind(told, group.last_notified_at.get(r), firing, current, left, now)
+                if kind is None:
+                    # Alerts silenced or inhibited since the last notification leave quietly, without a "resolved".
+                    gone = {a.key for a in left}
+                    for k in [k for k in told if k not in current and k not in gone]:
+                        del told[k]
+                    continue
+                if kind == "firing" and not told:
+                    cluster = next((a.cluster for a in firing), group.labels.get("cluster", ""))
+                    starting.setdefault((r, cluster), []).append((group, firing))
+                    continue
+                if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
+                    self._record(group, r, current, now)
+                    continue
+                out.append(self._notify(group, r, kind, firing, left, now))
+                self._record(group, r, current, now)
+        for (r, cluster), firsts in starting.items():
+            storm = self.storms.get(f"storm|{r}|{cluster}")
+            if storm is not None or len(firsts) > self.config.storm_threshold:
+                out += self._storm_joined(r, cluster, firsts, now)
+                continue
+            for group, firing in firsts:
+                out.append(self._notify(group, r, "firing", firing, [], now))
+                self._record(group, r, {a.key: a.severity for a in firing}, now)
+        out += self._storms_ended(now)
+        for gkey, group in list(self.groups.items()):
+            alerts = by_group.get(gkey, [])
+            needed = {k for told in group.notified.values() for k in told}
+            # Resolved alerts are done once every receiver that saw them was told, or if none ever did.
             for a in alerts:
-                if a.state == "resolved" and a.key not in group.notified:
+                if a.state == "resolved" and a.key not in needed:
                     self.alerts.pop(a.key, None)
-            if not group.notified and not any(a.key in self.alerts for a in alerts):
+            if not needed and not any(a.key in self.alerts for a in alerts):
                 del self.groups[gkey]
         return out
 
+    def _record(self, group: AlertGroup, receiver: str, current: dict[str, str], now: float) -> None:
+        if current:
+            group.notified[receiver], group.last_notified_at[receiver] = current, now
+        else:
+            group.notified.pop(receiver, None)
+            group.last_notified_at.pop(receiver, None)
+            group.storm.pop(receiver, None)
+
     def _kind(
-        self, group: AlertGroup, firing: list[Alert], current: dict[str, str], resolved: list[Alert], now: float
+        self,
+        told: dict[str, str],
+        last_at: float | None,
+        firing: list[Alert],
+        current: dict[str, str],
+        left: list[Alert],
+        now: float,
     ) -> str | None:
         cfg = self.config
-        if not group.notified:
+        if not told:
             if firing and now - min(now if a.fired_at is None else a.fired_at for a in firing) >= cfg.group_wait_s:
                 return "firing"
             return None
-        since_last = now - (group.last_notified_at or 0.0)
-        announced = {k: s for k, s in group.notified.items() if k in current or k in {a.key for a in resolved}}
-        if current != announced or resolved:
+        since_last = now - (last_at or 0.0)
+        gone = {a.key for a in left}
+        announced = {k: s for k, s in told.items() if k in current or k in gone}
+        if current != announced or left:
             if since_last < cfg.group_interval_s:
                 return None
             if not current:
                 if cfg.send_resolved:
                     return "resolved"
-                group.notified = {}
+                told.clear()
                 return None
             return "update"
         if current and since_last >= cfg.repeat_interval_s:
@@ -263,12 +352,11 @@ class AlertBook:
         return None
 
     def _notify(
-        self, group: AlertGroup, kind: str, firing: list[Alert], resolved: list[Alert], now: float
+        self, group: AlertGroup, receiver: str, kind: str, firing: list[Alert], left: list[Alert], now: float
     ) -> Notification:
         self.sequence += 1
-        alerts = sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key)) + sorted(
-            resolved, key=lambda a: a.key
-        )
+        resolved = [{**asdict(a), "state": "resolved"} for a in sorted(left, key=lambda a: a.key)]
+        alerts = [asdict(a) for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key))] + resolved
         severity = max((a.severity for a in firing), key=lambda s: _RANK.get(s, 0), default="resolved")
         return Notification(
             id=f"{self.sequence:08d}",
@@ -277,7 +365,68 @@ class AlertBook:
             kind=kind,
             severity=severity,
             created_at=now,
-            alerts=tuple(asdict(a) for a in alerts),
+            alerts=tuple(alerts),
+            receiver=receiver,
+        )
+
+    # -- storms ---------------------------------------------------------------------------------------------------
+
+    def _storm_joined(
+        self, receiver: str, cluster: str, firsts: list[tuple[AlertGroup, list[Alert]]], now: float
+    ) -> list[Notification]:
+        key = f"storm|{receiver}|{cluster}"
+        storm = self.storms.get(key)
+        kind = "update" if storm is not None else "firing"
+        if storm is None:
+            storm = self.storms[key] = Storm(key, receiver, cluster)
+        for group, firing in firsts:
+            storm.members[group.key] = max((a.severity for a in firing), key=lambda s: _RANK.get(s, 0))
+            group.storm[receiver] = key
+            self._record(group, receiver, {a.key: a.severity for a in firing}, now)
+        if kind == "update" and now - storm.last_notified_at < self.config.group_interval_s:
+            return []  # joined quietly; the next summary counts them
+        storm.last_notified_at = now
+        return [self._storm_summary(storm, kind, now)]
+
+    def _storms_ended(self, now: float) -> list[Notification]:
+        out = []
+        for key, storm in list(self.storms.items()):
+            still = {
+                g: s
+                for g, s in storm.members.items()
+                if g in self.groups and self.groups[g].storm.get(storm.receiver) == key
+            }
+            storm.members = still
+            if not still:
+                del self.storms[key]
+                if self.config.send_resolved:
+                    out.append(self._storm_summary(storm, "resolved", now))
+        return out
+
+    def _storm_summary(self, storm: Storm, kind: str, now: float) -> Notification:
+        self.sequence += 1
+        members = [self.groups[g] for g in storm.members if g in self.groups]
+        alerts = [self.alerts[k] for g in members for k in g.notified.get(storm.receiver, {}) if k in self.alerts]
+        by_rule: dict[str, int] = {}
+        for a in alerts:
+            by_rule[a.rule] = by_rule.get(a.rule, 0) + 1
+        worst = sorted(alerts, key=lambda a: (-_RANK.get(a.severity, 0), -_lag_of(a), a.key))[:10]
+        severity = max(storm.members.values(), key=lambda s: _RANK.get(s, 0), default="resolved")
+        return Notification(
+            id=f"{self.sequence:08d}",
+            group_key=storm.key,
+            group_labels={"cluster": storm.cluster, "group": ""},
+            kind=kind,
+            severity=severity if kind != "resolved" else "resolved",
+            created_at=now,
+            alerts=tuple(asdict(a) for a in worst),
+            receiver=storm.receiver,
+            storm={
+                "cluster": storm.cluster,
+                "groups_firing": len(members),
+                "alerts_by_rule": dict(sorted(by_rule.items())),
+                "worst_groups": sorted({a.group or "" for a in worst}),
+            },
         )
 
     def fingerprint(self) -> tuple[object, ...]:
@@ -286,7 +435,13 @@ class AlertBook:
         return (
             self.sequence,
             tuple(sorted((a.key, a.state, a.severity) for a in self.alerts.values())),
-            tuple(sorted((g.key, tuple(sorted(g.notified.items())), g.last_notified_at) for g in self.groups.values())),
+            tuple(
+                sorted(
+                    (g.key, tuple(sorted((r, tuple(sorted(n.items()))) for r, n in g.notified.items())))
+                    for g in self.groups.values()
+                )
+            ),
+            tuple(sorted((k, tuple(sorted(st.members))) for k, st in self.storms.items())),
             tuple(s.id for s in self.silences),
         )
 
@@ -297,16 +452,28 @@ class AlertBook:
             "sequence": self.sequence,
             "alerts": [asdict(a) for a in self.alerts.values()],
             "groups": [asdict(g) for g in self.groups.values()],
+            "storms": [asdict(st) for st in self.storms.values()],
             "silences": [asdict(s) for s in self.silences if s.created_by != "config"],
         }
 
     @classmethod
-    def from_json(cls, config: AlertsConfig, raw: dict[str, Any]) -> AlertBook:
-        book = cls(config=config, sequence=raw.get("sequence", 0))
+    def from_json(
+        cls, config: AlertsConfig, raw: dict[str, Any], receivers: tuple[Receiver, ...] = EVERYONE
+    ) -> AlertBook:
+        book = cls(config=config, sequence=raw.get("sequence", 0), receivers=receivers)
         for a in raw.get("alerts", []):
             book.alerts[a["key"]] = Alert(**a)
         for g in raw.get("groups", []):
+            if g.get("notified") and isinstance(next(iter(g["notified"].values())), str):
+                # Written before receivers had their own memory: every receiver was told the same.
+                g = {**g, "notified": {r.name: dict(g["notified"]) for r in receivers}}
+                g["last_notified_at"] = {r.name: g["last_notified_at"] or 0.0 for r in receivers}
+            elif not isinstance(g.get("last_notified_at", {}), dict):
+                g = {**g, "last_notified_at": {}}
+            g.pop("refs", None)
             book.groups[g["key"]] = AlertGroup(**g)
+        for st in raw.get("storms", []):
+            book.storms[st["key"]] = Storm(**st)
         book.silences = [Silence(**s) for s in raw.get("silences", [])]
         return book
 

@@ -54,5 +54,7 @@ class AlertsConfig(_Strict):
     group_interval_s: float = Field(default=300.0, ge=0)  # least time between two notifications of a group
     repeat_interval_s: float = Field(default=14400.0, gt=0)  # re-send an unchanged firing group after this
     send_resolved: bool = True
+    # More alert groups of one cluster than this starting to fire at once: one summary per receiver instead.
+    storm_threshold: int = Field(default=20, ge=1)
     silences: list[SilenceConfig] = Field(default_factory=list)
     inhibit_rules: list[InhibitRule] = Field(default_factory=_default_inhibitions)

@@ -30,6 +30,7 @@ from lagwatch.offsets_topic import (
     Undecodable,
 )
 
+HISTORY_SCHEMA_VERSION = 2
 MAX_SAMPLES = 64  # commit samples kept per group-partition: windows of a few hours at 30 s polls
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
 
@@ -314,6 +315,7 @@ class ClusterHistory:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "schema_version": HISTORY_SCHEMA_VERSION,
             "cluster": self.cluster,
             "last_ok_poll": self.last_ok_poll,
             "polls": self.polls,
@@ -325,6 +327,9 @@ class ClusterHistory:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterHistory:
+        version = data.get("schema_version", 1)  # 1: before evidence and exact clocks; read as they are
+        if not isinstance(version, int) or version > HISTORY_SCHEMA_VERSION:
+            raise ValueError(f"history schema version {version!r}: written by a newer lagwatch")
         history = cls(
             cluster=data["cluster"],
             last_ok_poll=data.get("last_ok_poll"),

@@ -1,9 +1,11 @@
-"""Files in the state directory, each written atomically (temp file, fsync, rename), so a SIGKILL at any moment
-leaves either the old or the new version, never half of one.
+"""The state directory: a lock, and the state database (see db.py).
 
-  alerts.json            alert states, alert groups (with notifier references), API silences, and the outbox
-  history/<cluster>.json log-end timelines, commit progress and expiry clocks of one cluster
-  lock                   held while a daemon runs: two daemons on one state directory would send duplicates
+  state.db             alert states, alert groups, storms, API silences, the outbox, message references, history
+  state.db.last-good   a copy made at every clean stop, used when state.db is damaged or from a newer lagwatch
+  lock                 held while a daemon runs: two daemons on one state directory would send duplicates
+
+Older lagwatch versions wrote JSON files (alerts.json, history/<cluster>.json): they are imported once, then
+renamed `*.imported`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import fcntl
 import json
 import logging
 import os
-import re
-import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from lagwatch.alerts import AlertBook
 from lagwatch.errors import LagwatchError
+from lagwatch.state.db import StateDatabase
 
 log = logging.getLogger(__name__)
 
@@ -30,72 +33,70 @@ class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock_file: IO[str] | None = None
+        self.db = StateDatabase(directory)
 
     def open(self) -> StateStore:
         try:
-            (self.directory / "history").mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot create it: {e.strerror}") from None
-        self._lock_file = open(self.directory / "lock", "a+")  # noqa: SIM115 - held for the daemon's lifetime
+        try:
+            self._lock_file = open(self.directory / "lock", "a+")  # noqa: SIM115 - held for the daemon's lifetime
+        except OSError as e:
+            raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot write in it: {e.strerror}") from None
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             self._lock_file = None
             raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
+        self.db.open()
+        self._import_json_files()
         return self
 
     def close(self) -> None:
+        self.db.close()
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
 
-    # -- generic --------------------------------------------------------------------------------------------------
+    # -- alerts, outbox, history ----------------------------------------------------------------------------------
 
-    def read(self, name: str) -> Any | None:
-        path = self.directory / name
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            # A damaged file must not stop the daemon: keep it for inspection and start that part afresh.
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            os.replace(path, aside)
-            log.error(
-                "state file unreadable, moved aside", extra={"file": str(path), "moved_to": str(aside), "error": str(e)}
-            )
-            return None
+    def read_alerts(self) -> dict[str, Any]:
+        return self.db.load_alerts()
 
-    def write(self, name: str, data: Any) -> None:
-        path = self.directory / name
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    def save_alerts(self, book: AlertBook | None, outbox: Any) -> int:
+        return self.db.save(book, outbox)
 
-    # -- named parts ----------------------------------------------------------------------------------------------
-
-    def read_alerts(self) -> dict[str, Any] | None:
-        return self.read("alerts.json")
-
-    def write_alerts(self, data: dict[str, Any]) -> None:
-        self.write("alerts.json", data)
-
-    @staticmethod
-    def _history_name(cluster: str) -> str:
-        return f"history/{re.sub(r'[^A-Za-z0-9_.-]', '_', cluster)}.json"
-
-    def read_history(self, cluster: str) -> dict[str, Any] | None:
-        return self.read(self._history_name(cluster))
+    def read_history(self, cluster: str) -> Iterable[dict[str, Any]]:
+        return self.db.read_history(cluster)
 
     def write_history(self, cluster: str, data: dict[str, Any]) -> None:
-        self.write(self._history_name(cluster), data)
+        self.db.write_history(cluster, data)
+
+    # -- the JSON files of older versions -------------------------------------------------------------------------
+
+    def _import_json_files(self) -> None:
+        alerts = self.directory / "alerts.json"
+        if alerts.is_file():
+            raw = _read_json(alerts)
+            if raw is not None:
+                self.db.import_json_state(raw)
+                log.info("alert state imported from alerts.json into state.db")
+            os.replace(alerts, alerts.with_name("alerts.json.imported"))
+        history = self.directory / "history"
+        for path in sorted(history.glob("*.json")) if history.is_dir() else []:
+            raw = _read_json(path)
+            if raw is not None and isinstance(raw.get("cluster"), str):
+                self.db.write_history(raw["cluster"], raw)
+            os.replace(path, path.with_name(path.name + ".imported"))
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        log.error("old state file unreadable, not imported", extra={"file": str(path), "error": str(e)})
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,358 @@
+"""The state directory as one SQLite database (stdlib sqlite3, WAL): alerts, alert groups, storms, API silences, the
+outbox and the notifiers' message references as rows, and each cluster's history as a versioned document.
+
+Small transactions: a save writes only the rows whose durable content changed since the last save that reached
+the disk (a delivery deletes one outbox row and upserts one reference), never the whole state. A save that fails
+(disk full, read-only volume, too many open files) raises, and changes nothing that was known to be on disk: the
+next save writes everything still owed. Memory stays the truth meanwhile, so alerting goes on.
+
+Versions: `PRAGMA user_version` is the schema version. An older one is migrated; a newer one (written by a newer
+lagwatch) or a damaged file is moved aside with one log line, and the last good copy (made at every clean stop) is
+used if there is one. A damaged row is moved to `set_aside` and the others load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lagwatch.alerts import AlertBook
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+FILE = "state.db"
+LAST_GOOD = "state.db.last-good"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS alerts (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS alert_groups (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS storms (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS silences (id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (
+  id TEXT PRIMARY KEY, seq TEXT NOT NULL, notifier TEXT NOT NULL, body TEXT NOT NULL,
+  attempts INTEGER NOT NULL, next_attempt_at REAL NOT NULL, last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS refs (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS history (cluster TEXT PRIMARY KEY, body TEXT NOT NULL, previous TEXT);
+CREATE TABLE IF NOT EXISTS set_aside (at REAL NOT NULL, tbl TEXT NOT NULL, key TEXT NOT NULL, body TEXT, why TEXT);
+"""
+
+_ROW_TABLES = ("alerts", "alert_groups", "storms", "silences", "refs")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class StateDatabase:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / FILE
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        # What is known to be on disk, per table and key: the body written. Saves write only the difference.
+        self._written: dict[str, dict[str, str]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
+        self.writes = 0  # rows written or deleted, for the benchmark and the tests
+
+    # -- opening --------------------------------------------------------------------------------------------------
+
+    def open(self) -> StateDatabase:
+        try:
+            self._db = self._connect(self.path)
+        except (sqlite3.DatabaseError, _NewerSchemaError) as e:
+            self._set_aside_file(e)
+            self._db = self._connect_last_good()
+        return self
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns: a delivery is never redone
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise _NewerSchemaError(f"schema version {version}, this lagwatch knows up to {SCHEMA_VERSION}")
+            db.execute("PRAGMA quick_check").fetchone()
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _set_aside_file(self, error: BaseException) -> None:
+        aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.path}{suffix}")
+            if source.exists():
+                os.replace(source, Path(f"{aside}{suffix}"))
+        log.error(
+            "state database unusable, moved aside; starting from the last good copy if there is one",
+            extra={"file": str(self.path), "moved_to": str(aside), "error": str(error)},
+        )
+
+    def _connect_last_good(self) -> sqlite3.Connection:
+        last_good = self.directory / LAST_GOOD
+        if last_good.is_file():
+            try:
+                with (
+                    contextlib.closing(sqlite3.connect(last_good)) as source,
+                    contextlib.closing(sqlite3.connect(self.path)) as target,
+                ):
+                    source.backup(target)
+                db = self._connect(self.path)
+                log.warning("state restored from the last good copy", extra={"file": str(last_good)})
+                return db
+            except (sqlite3.DatabaseError, _NewerSchemaError) as e:
+                self._set_aside_file(e)
+        return self._connect(self.path)
+
+    def close(self, keep_copy: bool = True) -> None:
+        with self._lock:
+            if self._db is None:
+                return
+            if keep_copy:
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    tmp = self.directory / f".{LAST_GOOD}.tmp"
+                    with contextlib.closing(sqlite3.connect(tmp)) as target:
+                        self._db.backup(target)
+                    os.replace(tmp, self.directory / LAST_GOOD)
+            self._db.close()
+            self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("state database is closed")
+        return self._db
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    # -- alerts and outbox ----------------------------------------------------------------------------------------
+
+    def load_alerts(self) -> dict[str, Any]:
+        """Everything the alert book and the outbox need, as plain data (the shapes their from_json take)."""
+        with self._lock:
+            rows = {t: self._rows(t) for t in _ROW_TABLES}
+            self._written["alerts"] = {
+                k: f"{a.get('state')}|{a.get('severity')}|{a.get('started_at')}|{a.get('fired_at')}|"
+                f"{a.get('resolved_at')}|{a.get('for_s')}"
+                for k, a in rows["alerts"].items()
+            }
+            sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
+            deliveries = []
+            for key, _seq, notifier, body, attempts, next_at, error in self.db.execute(
+                "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error FROM outbox ORDER BY seq, id"
+            ):
+                notification = self._parse("outbox", key, body)
+                if notification is not None:
+                    self._written["outbox"][key] = _dumps([body, attempts, next_at, error])
+                    deliveries.append(
+                        {
+                            "notification": notification,
+                            "notifier": notifier,
+                            "attempts": attempts,
+                            "next_attempt_at": next_at,
+                            "last_error": error,
+                        }
+                    )
+        return {
+            "book": {
+                "sequence": int(sequence[0]) if sequence else 0,
+                "alerts": list(rows["alerts"].values()),
+                "groups": list(rows["alert_groups"].values()),
+                "storms": list(rows["storms"].values()),
+                "silences": list(rows["silences"].values()),
+            },
+            "outbox": {"deliveries": deliveries, "refs": rows["refs"]},
+        }
+
+    def _rows(self, table: str) -> dict[str, Any]:
+        out = {}
+        column = "id" if table == "silences" else "key"
+        for key, body in self.db.execute(f"SELECT {column}, body FROM {table}"):
+            value = self._parse(table, key, body)
+            if value is not None:
+                out[key] = value
+                self._written[table][key] = body
+        return out
+
+    def _parse(self, table: str, key: str, body: str) -> Any:
+        try:
+            value = json.loads(body)
+            if not isinstance(value, dict):
+                raise ValueError(f"a {type(value).__name__}, not an object")
+            return value
+        except ValueError as e:
+            self._set_aside_row(table, key, body, str(e))
+            return None
+
+    def _set_aside_row(self, table: str, key: str, body: str | None, why: str) -> None:
+        log.error("damaged state row set aside", extra={"table": table, "key": key, "error": why})
+        with contextlib.suppress(sqlite3.Error), self._transaction() as db:
+            db.execute("INSERT INTO set_aside VALUES (?, ?, ?, ?, ?)", (time.time(), table, key, body, why))
+            column = "id" if table in ("silences", "outbox") else "key"
+            db.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+
+    def set_aside(self, table: str, key: str, why: str) -> None:
+        """A row that loaded as JSON but not as lagwatch's data (another shape): kept for inspection, not used."""
+        with self._lock:
+            column = "id" if table in ("silences", "outbox") else "key"
+            row = self.db.execute(f"SELECT body FROM {table} WHERE {column} = ?", (key,)).fetchone()
+        self._set_aside_row(table, key, row[0] if row else None, why)
+        self._written[table].pop(key, None)
+
+    def save(self, book: AlertBook | None, outbox: Any) -> int:
+        """Writes what changed since the last successful save: the book's rows (when given) and the outbox.
+        Returns the number of rows written or deleted. Raises sqlite3.Error / OSError when the disk refuses.
+        Whole under the outbox's lock, then the database's (always in that order): two saves racing must not let
+        an older picture of the outbox overwrite a newer one."""
+        with outbox.changed, self._lock:
+            return self._save(book, outbox)
+
+    def _save(self, book: AlertBook | None, outbox: Any) -> int:
+        wanted: dict[str, dict[str, str]] = {}
+        alert_bodies: dict[str, Any] = {}
+        if book is not None:
+            # An alert's figures (summary, lag) change every poll and come back with the next one: its row is
+            # rewritten only when its state does.
+            alert_bodies = {a.key: a for a in book.alerts.values()}
+            wanted["alerts"] = {
+                a.key: f"{a.state}|{a.severity}|{a.started_at}|{a.fired_at}|{a.resolved_at}|{a.for_s}"
+                for a in book.alerts.values()
+            }
+            wanted["alert_groups"] = {g.key: _dumps(asdict(g)) for g in book.groups.values()}
+            wanted["storms"] = {s.key: _dumps(asdict(s)) for s in book.storms.values()}
+            wanted["silences"] = {s.id: _dumps(asdict(s)) for s in book.silences if s.created_by != "config"}
+        wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
+        deliveries = {
+            f"{d.notifier}|{d.notification.id}": (d, _dumps(d.notification.to_json())) for d in outbox.deliveries
+        }
+        wanted_outbox = {
+            key: _dumps([body, d.attempts, d.next_attempt_at, d.last_error]) for key, (d, body) in deliveries.items()
+        }
+        changes = 0
+        with self._transaction() as db:
+            for table, rows in wanted.items():
+                changes += self._sync_rows(db, table, rows, alert_bodies if table == "alerts" else None)
+            written = self._written["outbox"]
+            for key in [k for k in written if k not in wanted_outbox]:
+                db.execute("DELETE FROM outbox WHERE id = ?", (key,))
+                changes += 1
+            for key, state in wanted_outbox.items():
+                if written.get(key) != state:
+                    d, body = deliveries[key]
+                    db.execute(
+                        "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (key, d.notification.id, d.notifier, body, d.attempts, d.next_attempt_at, d.last_error),
+                    )
+                    changes += 1
+            if book is not None:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('sequence', ?)", (str(book.sequence),))
+        # Only now is it on disk: from here on, saves need not write it again.
+        for table, rows in wanted.items():
+            self._written[table] = dict(rows)
+        self._written["outbox"] = wanted_outbox
+        self.writes += changes
+        return changes
+
+    def _sync_rows(
+        self, db: sqlite3.Connection, table: str, rows: dict[str, str], bodies: dict[str, Any] | None = None
+    ) -> int:
+        """`rows`: key -> what identifies the row's content (the body itself, or a fingerprint with `bodies`)."""
+        written = self._written[table]
+        column = "id" if table == "silences" else "key"
+        changes = 0
+        for key in [k for k in written if k not in rows]:
+            db.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+            changes += 1
+        for key, content in rows.items():
+            if written.get(key) != content:
+                body = content if bodies is None else _dumps(asdict(bodies[key]))
+                db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (key, body))
+                changes += 1
+        return changes
+
+    def import_json_state(self, raw: dict[str, Any]) -> None:
+        """The alerts.json of older versions, row by row as it was (the book converts old shapes when it loads)."""
+        book = raw.get("book") or {}
+        outbox = raw.get("outbox") or {}
+        with self._transaction() as db:
+            for table, items, key in (
+                ("alerts", book.get("alerts", []), "key"),
+                ("alert_groups", book.get("groups", []), "key"),
+                ("silences", book.get("silences", []), "id"),
+            ):
+                for item in items:
+                    if isinstance(item, dict) and isinstance(item.get(key), str):
+                        db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (item[key], _dumps(item)))
+            for ref_key, ref in (outbox.get("refs") or {}).items():
+                db.execute("INSERT OR REPLACE INTO refs VALUES (?, ?)", (ref_key, _dumps(ref)))
+            for d in outbox.get("deliveries", []):
+                n = d.get("notification") or {}
+                key = f"{d.get('notifier')}|{n.get('id')}"
+                db.execute(
+                    "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key,
+                        n.get("id"),
+                        d.get("notifier"),
+                        _dumps(n),
+                        d.get("attempts", 0),
+                        d.get("next_attempt_at", 0.0),
+                        d.get("last_error"),
+                    ),
+                )
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('sequence', ?)", (str(book.get("sequence", 0)),))
+
+    # -- history --------------------------------------------------------------------------------------------------
+
+    def read_history(self, cluster: str) -> Iterable[dict[str, Any]]:
+        """The cluster's history, then the one saved before it (the caller takes the first that loads)."""
+        with self._lock:
+            row = self.db.execute("SELECT body, previous FROM history WHERE cluster = ?", (cluster,)).fetchone()
+        for body in row or ():
+            if body is None:
+                continue
+            try:
+                value = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                yield value
+
+    def write_history(self, cluster: str, data: dict[str, Any]) -> None:
+        body = json.dumps(data, separators=(",", ":"))
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO history VALUES (?, ?, NULL) "
+                "ON CONFLICT(cluster) DO UPDATE SET previous = history.body, body = excluded.body",
+                (cluster, body),
+            )
+
+
+class _NewerSchemaError(Exception):
+    pass
