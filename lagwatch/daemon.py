@@ -104,15 +104,12 @@ class Daemon:
 
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:
         raw = self.store.read_alerts()
-        try:
-            book = AlertBook.from_json(self.settings.alerts, raw["book"], self._receivers())
-        except (KeyError, TypeError, ValueError) as e:
-            # Rows of another shape (a newer lagwatch, a hand edit): never crash, never wipe silently.
-            log.error("alert state of an unknown shape set aside; starting without it", extra={"error": str(e)})
-            for table, rows in (("alerts", raw["book"]["alerts"]), ("alert_groups", raw["book"]["groups"])):
-                for row in rows:
-                    self.store.db.set_aside(table, str(row.get("key")), f"unknown shape: {e}")
-            book = AlertBook(self.settings.alerts, receivers=self._receivers(), sequence=raw["book"]["sequence"])
+        rejected: list[tuple[str, str, str]] = []
+        book = AlertBook.from_json(self.settings.alerts, raw["book"], self._receivers(), rejected)
+        for table, key, why in rejected:
+            # Never crash on it, never wipe the rest silently: kept aside for inspection.
+            log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
+            self.store.db.set_aside(table, key, f"unknown shape: {why}")
         book.load_config_silences()
         try:
             outbox = Outbox.from_json(raw.get("outbox"))

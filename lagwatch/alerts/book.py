@@ -458,23 +458,41 @@ class AlertBook:
 
     @classmethod
     def from_json(
-        cls, config: AlertsConfig, raw: dict[str, Any], receivers: tuple[Receiver, ...] = EVERYONE
+        cls,
+        config: AlertsConfig,
+        raw: dict[str, Any],
+        receivers: tuple[Receiver, ...] = EVERYONE,
+        rejected: list[tuple[str, str, str]] | None = None,
     ) -> AlertBook:
-        book = cls(config=config, sequence=raw.get("sequence", 0), receivers=receivers)
-        for a in raw.get("alerts", []):
-            book.alerts[a["key"]] = Alert(**a)
-        for g in raw.get("groups", []):
-            if g.get("notified") and isinstance(next(iter(g["notified"].values())), str):
-                # Written before receivers had their own memory: every receiver was told the same.
-                g = {**g, "notified": {r.name: dict(g["notified"]) for r in receivers}}
-                g["last_notified_at"] = {r.name: g["last_notified_at"] or 0.0 for r in receivers}
-            elif not isinstance(g.get("last_notified_at", {}), dict):
-                g = {**g, "last_notified_at": {}}
-            g.pop("refs", None)
-            book.groups[g["key"]] = AlertGroup(**g)
-        for st in raw.get("storms", []):
-            book.storms[st["key"]] = Storm(**st)
-        book.silences = [Silence(**s) for s in raw.get("silences", [])]
+        """Restores a saved book row by row. A row of another shape (a newer lagwatch, a hand edit) is skipped and
+        reported in `rejected` as (table, key, why), so the caller can set it aside; the other rows load."""
+        book = cls(config=config, sequence=int(raw.get("sequence", 0)), receivers=receivers)
+
+        def load(table: str, row: Any, make: Any) -> Any:
+            try:
+                return make(row)
+            except (KeyError, TypeError, ValueError, AttributeError, StopIteration) as e:
+                key = str(row.get("key", row.get("id"))) if isinstance(row, dict) else repr(row)[:80]
+                if rejected is not None:
+                    rejected.append((table, key, f"{type(e).__name__}: {e}"))
+                return None
+
+        for row in raw.get("alerts", []):
+            alert = load("alerts", row, lambda a: Alert(**a))
+            if alert is not None:
+                book.alerts[alert.key] = alert
+        for row in raw.get("groups", []):
+            group = load("alert_groups", row, lambda g: _group(g, receivers))
+            if group is not None:
+                book.groups[group.key] = group
+        for row in raw.get("storms", []):
+            storm = load("storms", row, lambda st: Storm(**st))
+            if storm is not None:
+                book.storms[storm.key] = storm
+        for row in raw.get("silences", []):
+            silence = load("silences", row, lambda si: Silence(**si))
+            if silence is not None:
+                book.silences.append(silence)
         return book
 
     def load_config_silences(self) -> None:
@@ -489,3 +507,16 @@ class AlertBook:
                     comment=s.comment,
                 )
             )
+
+
+def _group(raw: dict[str, Any], receivers: tuple[Receiver, ...]) -> AlertGroup:
+    g = dict(raw)
+    g.pop("refs", None)
+    notified = g.get("notified") or {}
+    if notified and isinstance(next(iter(notified.values())), str):
+        # Written before receivers had their own memory: every receiver was told the same.
+        g["notified"] = {r.name: dict(notified) for r in receivers}
+        g["last_notified_at"] = {r.name: g.get("last_notified_at") or 0.0 for r in receivers}
+    elif not isinstance(g.get("last_notified_at", {}), dict):
+        g["last_notified_at"] = {}
+    return AlertGroup(**g)

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from lagwatch.alerts import Notification
+from lagwatch.notify import render
 
 log = logging.getLogger("lagwatch.alert")
 
@@ -15,6 +16,13 @@ class LogNotifier:
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
         level = logging.WARNING if notification.kind != "resolved" else logging.INFO
+        if notification.storm is not None:
+            log.log(
+                level,
+                f"[{notification.kind.upper()}:{notification.severity}] {render.storm_text(notification)}",
+                extra={"notification_id": notification.id, "kind": notification.kind, "storm": notification.storm},
+            )
+            return None
         log.log(
             level,
             f"[{notification.kind.upper()}:{notification.severity}] {notification.group_key}: "

@@ -26,11 +26,27 @@ def _cut(text: str, limit: int = MAX_SECTION) -> str:
 def title(n: Notification) -> str:
     where = " / ".join(v for v in (n.group_labels.get("cluster"), n.group_labels.get("group")) if v) or n.group_key
     state = "RESOLVED" if n.kind == "resolved" else n.severity.upper()
+    if n.storm is not None:
+        return f"{state}: alert storm on {n.storm['cluster']}"
     return f"{state}: {where}"
+
+
+def storm_text(n: Notification) -> str:
+    """One line for a storm summary: how many groups, which rules."""
+    assert n.storm is not None
+    if n.kind == "resolved":
+        return f"every alert group of the storm on {n.storm['cluster']} has resolved"
+    rules = ", ".join(f"{rule} {count}" for rule, count in n.storm["alerts_by_rule"].items())
+    return (
+        f"{n.storm['groups_firing']} consumer groups of {n.storm['cluster']} started firing at once ({rules}); "
+        f"worst: {', '.join(n.storm['worst_groups'][:5])}. Each group is tracked in the API and metrics."
+    )
 
 
 def fallback_text(n: Notification) -> str:
     """The plain text that notifications, screen readers and old clients show."""
+    if n.storm is not None:
+        return _cut(f"[{n.kind.upper()}] {title(n)}: {storm_text(n)}", 3000)
     rules = ", ".join(sorted({a["rule"] for a in (n.firing or n.alerts)}))
     first = (n.firing or list(n.alerts))[0]["summary"] if n.alerts else ""
     return _cut(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", 3000)
@@ -74,6 +90,8 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
             ],
         },
     ]
+    if n.storm is not None:
+        out.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(storm_text(n))}})
     shown = list(n.alerts)[:MAX_ALERT_SECTIONS]
     for a in shown:
         mark = ":white_check_mark: resolved" if a["state"] == "resolved" else a["severity"]

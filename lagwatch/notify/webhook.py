@@ -3,7 +3,8 @@
 The lagwatch webhook body (schema version 1):
   {"version": 1, "id", "kind": firing|update|repeat|resolved, "severity", "group_key", "group_labels": {...},
    "created_at": epoch seconds, "alerts": [{"rule", "severity", "state", "labels", "summary", "details",
-   "started_at", "fired_at", "resolved_at", "runbook_url"}]}
+   "started_at", "fired_at", "resolved_at", "runbook_url"}],
+   "storm": null, or for a storm summary {"cluster", "groups_firing", "alerts_by_rule": {...}, "worst_groups": [...]}}
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def lagwatch_body(n: Notification) -> dict[str, Any]:
         "group_labels": n.group_labels,
         "created_at": n.created_at,
         "alerts": [{k: a.get(k) for k in _FIELDS} for a in n.alerts],
+        "storm": n.storm,
     }
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lagwatch.alerts import AlertBook
+from lagwatch.errors import LagwatchError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ class StateDatabase:
     def open(self) -> StateDatabase:
         try:
             self._db = self._connect(self.path)
+        except sqlite3.OperationalError as e:
+            # Disk full, read-only, no permission: the file may be fine. Never set it aside for that.
+            raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot open {FILE}: {e}") from None
         except (sqlite3.DatabaseError, _NewerSchemaError) as e:
             self._set_aside_file(e)
             self._db = self._connect_last_good()

@@ -1,0 +1,460 @@
+"""The false-page scenarios of test_false_pages.py, on a real broker with real clients and the real daemon: ordinary
+situations must raise no notification at all, while the real problems are still caught in time.
+
+Polls every second (every 3 s where the test needs a gap between polls), windows of a few seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+
+from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.runtime import ClusterRuntime
+from tests import kafka_scenario
+from tests.conftest import KAFKA_VERSION, unique, wait_for
+from tests.live import Recorder, commit
+
+pytestmark = pytest.mark.kafka
+
+LOOPBACK = {"host": "127.0.0.1", "port": 0}
+NEVER = {"offsets": 10**9}
+WINDOWS: dict[str, Any] = {
+    "stalled": {"window_s": 5},
+    "stopped": {"window_s": 4},
+    "falling_behind": {"window_s": 6},
+    "rewind": {"window_s": 60},
+    "rate_window_s": 6,
+}
+# Strict: a single record of lag pages at once. Caught-up groups must still say nothing.
+STRICT = WINDOWS | {"lag": {"warning": {"offsets": 1}, "critical": NEVER, "for_s": 0}}
+
+
+def watch(
+    bootstrap: str,
+    prefix: str,
+    state_dir: Path,
+    recorder: Recorder,
+    rules: dict[str, Any],
+    poll_interval_s: float = 1,
+) -> Daemon:
+    settings = load_settings(
+        rules=rules, alerts={"group_wait_s": 0, "group_interval_s": 1}, state_dir=state_dir, http=LOOPBACK
+    )
+    cluster = ClusterConfig(
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=poll_interval_s,
+        request_timeout_s=5,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+    )
+    return Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder})
+
+
+class Polls:
+    """What the daemon saw at each poll: (poll time, ok, {group: (state, members, summed lag)})."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.seen: list[tuple[float, bool, dict[str, tuple[str, int, int]]]] = []
+        self.lock = threading.Lock()
+        daemon.on_poll.append(self.record)
+
+    def record(self, runtime: ClusterRuntime) -> None:
+        snapshot, evaluation = runtime.latest, runtime.evaluation
+        assert snapshot is not None and evaluation is not None
+        groups = {
+            g.group_id: (g.state, len(g.members), evaluation.measures[g.group_id].lag.sum_lag)
+            for g in snapshot.groups
+            if g.group_id in evaluation.measures
+        }
+        with self.lock:
+            self.seen.append((time.time(), snapshot.ok, groups))
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.seen)
+
+    def of(self, group: str) -> list[tuple[float, str, int, int]]:
+        with self.lock:
+            return [(t, *groups[group]) for t, _, groups in self.seen if group in groups]
+
+    def last(self, group: str) -> tuple[float, str, int, int] | None:
+        seen = self.of(group)
+        return seen[-1] if seen else None
+
+
+def said(recorder: Recorder, t0: float) -> str:
+    """Everything lagwatch notified, for assertion messages."""
+    with recorder.lock:
+        sent = list(recorder.sent)
+    lines = [
+        f"+{n.created_at - t0:.1f}s {n.kind} group={n.group_labels.get('group')!r} {a['rule']}/{a['state']}/"
+        f"{a['severity']}: {a['summary']} details={a['details']}"
+        for n in sent
+        for a in n.alerts
+    ]
+    return "\n".join(lines) or "(nothing)"
+
+
+def notified_rules(recorder: Recorder, group: str) -> set[str]:
+    return {r for kind, rules in recorder.kinds(group) if kind != "resolved" for r in rules}
+
+
+def cluster_notes(recorder: Recorder) -> list[str]:
+    with recorder.lock:
+        return [n.kind for n in recorder.sent if n.group_labels.get("group") == ""]
+
+
+def drain(consumer: KafkaConsumer, timeout: float = 30) -> int:
+    """Consumes every record up to the current log end of the consumer's assignment, then commits."""
+    tps = consumer.assignment()
+    ends = consumer.end_offsets(list(tps))
+    n = 0
+    deadline = time.monotonic() + timeout
+    while any(consumer.position(tp) < ends[tp] for tp in tps):
+        assert time.monotonic() < deadline, "could not consume to the log end"
+        n += sum(len(batch) for batch in consumer.poll(200).values())
+    consumer.commit()
+    return n
+
+
+class Member:
+    """A real member of a classic group, on its own thread: polls, spends `processing_s` on each batch, commits
+    after each batch. Reconnects with the Java client's backoff (1 s), as kafka-python's 30 s default would keep a
+    healthy client away from a recovered broker for half a minute."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, processing_s: float = 0.0) -> None:
+        self.processing_s = processing_s
+        self.consumed = 0
+        self.commits = 0
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            metadata_max_age_ms=1000,  # see kafka_scenario.subscribed_consumer
+            reconnect_backoff_max_ms=1000,
+        )
+        # Joining before the client has the topic's metadata can leave the member with no partitions for a while.
+        wait_for(lambda: self.consumer.partitions_for_topic(topic), timeout=30, what=f"metadata of {topic}")
+        self.consumer.subscribe([topic])
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.consumer.assignment(), timeout=30, what=f"{group} assignment")
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                n = sum(len(batch) for batch in self.consumer.poll(200).values())
+                if n:
+                    time.sleep(self.processing_s)
+                    self.consumer.commit()
+                    self.consumed += n
+                    self.commits += 1
+            except Exception as e:  # the broker is down: keep going, as a real service does
+                self.errors.append(repr(e))
+                time.sleep(0.2)
+        self.consumer.close()  # leaves the group
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(20)
+        assert not self.thread.is_alive()
+
+
+class Producer:
+    """A steady producer on its own thread, `per_second` records to partition 0."""
+
+    def __init__(self, bootstrap: str, topic: str, per_second: int) -> None:
+        self.sent = 0
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, reconnect_backoff_max_ms=1000)
+        self.thread = threading.Thread(target=self._run, args=(topic, per_second), daemon=True)
+        self.thread.start()
+
+    def _run(self, topic: str, per_second: int) -> None:
+        while not self.stop_event.wait(1.0 / per_second):
+            try:
+                self.producer.send(topic, b"x", partition=0)
+                self.sent += 1
+            except Exception as e:
+                self.errors.append(repr(e))
+        self.producer.close(timeout=5)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(20)
+
+
+def log_end(bootstrap: str, topic: str) -> int:
+    c = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tp = KafkaTopicPartition(topic, 0)
+        return int(c.end_offsets([tp])[tp])
+    finally:
+        c.close()
+
+
+# -- ordinary situations: nothing ------------------------------------------------------------------------------------
+
+
+def test_first_start_among_empty_caught_up_groups_is_silent(bootstrap: str, tmp_path: Path) -> None:
+    prefix = unique("first")
+    topic = f"{prefix}-t"
+    kafka_scenario.create_topic(bootstrap, topic, 2)
+    kafka_scenario.produce(bootstrap, topic, {0: 20, 1: 15})
+    batches = [f"{prefix}-batch-{i}" for i in range(5)]
+    for group in batches:  # batch jobs that consumed everything, committed and left: Empty classic groups
+        c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
+        drain(c)
+        c.close()
+    simple = f"{prefix}-simple"  # assign() + commit: a simple group
+    c = kafka_scenario.assigned_consumer(bootstrap, simple, [KafkaTopicPartition(topic, p) for p in (0, 1)])
+    kafka_scenario.commit(c, {KafkaTopicPartition(topic, 0): 20, KafkaTopicPartition(topic, 1): 15})
+    c.close()
+
+    recorder = Recorder()
+    t0 = time.time()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, STRICT)  # expiry on, Kafka's retention
+    polls = Polls(daemon)
+    daemon.start()
+    try:
+        wait_for(lambda: daemon.clusters["test"].exact_clocks()["state"] == "live", timeout=15, what="exact clocks")
+        time.sleep(10)
+    finally:
+        daemon.stop()
+    assert recorder.sent == [], said(recorder, t0)
+    assert polls.count() >= 8 and all(ok for _, ok, _ in polls.seen)
+    for group in [*batches, simple]:  # lagwatch did look at every one of them, all the time
+        seen = polls.of(group)
+        assert len(seen) == polls.count(), group
+        assert {(state, members, lag) for _, state, members, lag in seen} == {("Empty", 0, 0)}, (group, seen[-1])
+
+
+def test_short_job_between_two_polls_is_silent(bootstrap: str, tmp_path: Path) -> None:
+    prefix = unique("short")
+    topic, group = f"{prefix}-t", f"{prefix}-nightly"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    kafka_scenario.produce(bootstrap, topic, {0: 40})
+    recorder = Recorder()
+    t0 = time.time()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, STRICT, poll_interval_s=3)
+    polls = Polls(daemon)
+    daemon.start()
+    try:
+        wait_for(lambda: polls.count() >= 1, timeout=15, what="a first poll")
+        n = polls.count()
+        wait_for(lambda: polls.count() > n, timeout=10, interval=0.05, what="a poll to just have ended")
+        started = time.time()
+        c = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
+        consumed = drain(c)
+        c.close()
+        finished = time.time()
+        time.sleep(10)
+    finally:
+        daemon.stop()
+    assert consumed > 0
+    assert recorder.sent == [], said(recorder, t0)
+    seen = polls.of(group)
+    during = [s for s in seen if started <= s[0] <= finished]
+    assert seen and seen[-1][1:] == ("Empty", 0, 0), seen
+    assert len(seen) >= 3, f"job took {finished - started:.1f}s; polls seeing the group: {seen}"
+    assert len(during) <= 1, f"the job took {finished - started:.1f}s, too long to fall between polls: {during}"
+
+
+def test_broker_outage_raises_only_the_cluster_alert(tmp_path: Path) -> None:
+    """A 45 s outage while a producer and a healthy consumer run: one cluster alert, fired then resolved, and
+    nothing at all about the group, neither during the outage nor while the backlog drains after it."""
+    from lagwatch.devbroker import LocalBroker
+
+    with LocalBroker(kafka_version=KAFKA_VERSION) as broker:
+        prefix = unique("outage")
+        topic, group = f"{prefix}-t", f"{prefix}-app"
+        kafka_scenario.create_topic(broker.bootstrap, topic, 1)
+        producer = Producer(broker.bootstrap, topic, 20)
+        member = Member(broker.bootstrap, group, topic)
+        recorder = Recorder()
+        rules = WINDOWS | {
+            "lag": {"warning": {"offsets": 500}, "critical": NEVER, "for_s": 10},
+            "cluster_unreachable": {"for_s": 5},
+        }
+        t0 = time.time()
+        daemon = watch(broker.bootstrap, prefix, tmp_path / "state", recorder, rules)
+        polls = Polls(daemon)
+        daemon.start()
+        try:
+            wait_for(lambda: member.commits >= 5 and len(polls.of(group)) >= 8, timeout=30, what="steady traffic")
+            assert recorder.sent == [], said(recorder, t0)
+            broker.pause()
+            paused_at = time.time()
+            wait_for(lambda: cluster_notes(recorder) == ["firing"], timeout=30, what="the cluster alert")
+            time.sleep(max(0.0, paused_at + 45 - time.time()))
+            consumed_before = member.consumed
+            broker.start()
+            wait_for(lambda: "resolved" in cluster_notes(recorder), timeout=60, what="the cluster alert to resolve")
+            recovered_at = time.time()
+            wait_for(lambda: member.consumed > consumed_before, timeout=30, what="the consumer to resume")
+            time.sleep(20)
+            end = log_end(broker.bootstrap, topic)
+        finally:
+            daemon.stop()
+            producer.stop()
+            member.stop()
+        report = (
+            said(recorder, t0)
+            + f"\npaused at +{paused_at - t0:.1f}s, recovered at +{recovered_at - t0:.1f}s; what polls saw of the "
+            f"group after the outage: {[(round(t - t0, 1), *rest) for t, *rest in polls.of(group) if t > paused_at]}"
+        )
+        assert cluster_notes(recorder) == ["firing", "resolved"], report
+        assert recorder.kinds(group) == [], report
+        assert recorder.sent[0].firing[0]["rule"] == "cluster_unreachable", report
+        # The scenario really happened: records produced through the outage, then drained by the consumer.
+        last = polls.last(group)
+        assert last is not None and last[1] == "Stable" and last[3] < 100, report
+        assert end > 45 * 20 * 0.8 + 20 * 8, (end, producer.errors[:3])
+
+
+def test_sparse_bursts_are_not_a_stall(bootstrap: str, tmp_path: Path) -> None:
+    """Quiet for longer than the stalled window, then a burst that the consumer (busy a second on each batch)
+    drains in a poll or two; three times."""
+    prefix = unique("bursts")
+    topic, group = f"{prefix}-t", f"{prefix}-app"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    kafka_scenario.produce(bootstrap, topic, {0: 10})
+    member = Member(bootstrap, group, topic, processing_s=1.0)
+    recorder = Recorder()
+    rules = WINDOWS | {"lag": {"warning": {"offsets": 100}, "critical": NEVER, "for_s": 5}}
+    t0 = time.time()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    polls = Polls(daemon)
+    try:
+        wait_for(lambda: member.consumed == 10, timeout=30, what="the member to catch up")
+        daemon.start()
+        drained_in = []
+        for burst in range(1, 4):
+            time.sleep(7)  # quiet, longer than the stalled window
+            produced_at = time.time()
+            kafka_scenario.produce(bootstrap, topic, {0: 300})
+            wait_for(lambda b=burst: member.consumed == 10 + 300 * b, timeout=10, interval=0.05, what="the drain")
+            drained_in.append(round(time.time() - produced_at, 1))
+        time.sleep(7)
+    finally:
+        daemon.stop()
+        member.stop()
+    assert recorder.sent == [], said(recorder, t0) + f"\nbursts drained in {drained_in}s"
+    # lagwatch did see the bursts waiting, and a member there, at some polls
+    waiting = [(round(t - t0, 1), state, members, lag) for t, state, members, lag in polls.of(group) if lag >= 100]
+    assert waiting and all(members == 1 for _, _, members, _ in waiting), polls.of(group)
+    assert polls.last(group) is not None and polls.last(group)[3] == 0  # type: ignore[index]
+
+
+# -- the real problems beside them: still caught ---------------------------------------------------------------------
+
+
+def test_stopped_consumer_is_one_incident_stopped_and_lag(bootstrap: str, tmp_path: Path) -> None:
+    prefix = unique("stop")
+    topic, group = f"{prefix}-t", f"{prefix}-app"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    producer = Producer(bootstrap, topic, 20)
+    member = Member(bootstrap, group, topic)
+    recorder = Recorder()
+    rules = WINDOWS | {"lag": {"warning": {"offsets": 50}, "critical": NEVER, "for_s": 2}}
+    t0 = time.time()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    polls = Polls(daemon)
+    daemon.start()
+    try:
+        wait_for(lambda: member.commits >= 5 and len(polls.of(group)) >= 5, timeout=30, what="a healthy consumer")
+        assert recorder.sent == [], said(recorder, t0)
+        member.stop()  # leaves the group with a little lag; production goes on
+        left_at = time.time()
+        wait_for(lambda: notified_rules(recorder, group) == {"stopped", "lag"}, timeout=20, what="stopped and lag")
+        time.sleep(10)  # long enough for falling_behind (6 s) and stalled (5 s) to have had their say
+    finally:
+        daemon.stop()
+        producer.stop()
+        member.stop()
+    report = said(recorder, t0) + f"\nleft at +{left_at - t0:.1f}s"
+    assert notified_rules(recorder, group) == {"stopped", "lag"}, report
+    firsts = [kind for kind, _ in recorder.kinds(group) if kind == "firing"]
+    assert firsts == ["firing"], report  # one incident
+    stopped_at = next(n.created_at for n in recorder.sent if any(a["rule"] == "stopped" for a in n.firing))
+    assert stopped_at - left_at <= 4 + 2 * 1, report  # the window, plus at most two polls
+
+
+def test_recommitting_simple_group_unwarned_while_a_left_group_is_warned_before_deletion(tmp_path: Path) -> None:
+    """offsets.retention.minutes=1. A simple (assign) group commits the same offset every 5 s on a quiet topic: its
+    offsets never expire, and only the commit records in __consumer_offsets show it. A classic group that left is
+    warned, from its exact Empty time, before the broker deletes its offsets."""
+    from lagwatch.devbroker import LocalBroker
+
+    settings = {"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "2000"}
+    with LocalBroker(kafka_version=KAFKA_VERSION, settings=settings) as broker:
+        b = broker.bootstrap
+        prefix = unique("clocks")
+        topic, simple, classic = f"{prefix}-t", f"{prefix}-simple", f"{prefix}-classic"
+        kafka_scenario.create_topic(b, topic, 1)
+        kafka_scenario.produce(b, topic, {0: 10})
+        assigned = kafka_scenario.assigned_consumer(b, simple, [KafkaTopicPartition(topic, 0)])
+        commit(assigned, topic, 10)
+        recommits = [time.time()]
+        stop = threading.Event()
+
+        def recommit() -> None:
+            while not stop.wait(5):
+                commit(assigned, topic, 10)  # the same offset again
+                recommits.append(time.time())
+
+        member = kafka_scenario.subscribed_consumer(b, classic, [topic])
+        drain(member)
+        thread = threading.Thread(target=recommit, daemon=True)
+        thread.start()
+        recorder = Recorder()
+        rules = WINDOWS | {"lag": {"enabled": False}}
+        t0 = time.time()
+        daemon = watch(b, prefix, tmp_path / "state", recorder, rules)
+        polls = Polls(daemon)
+        daemon.start()
+        try:
+            wait_for(lambda: daemon.clusters["test"].exact_clocks()["state"] == "live", timeout=20, what="live clocks")
+            wait_for(lambda: polls.of(classic) and polls.of(classic)[-1][1] == "Stable", timeout=10, what="Stable")
+            member.close()
+            left_at = time.time()
+            wait_for(
+                lambda: any(a.rule == "expiry" and a.group == classic for a in list(daemon.book.alerts.values())),
+                timeout=70,
+                interval=0.5,
+                what="expiry warning of the group that left",
+            )
+            warned_at = time.time()
+            (alert,) = [a for a in list(daemon.book.alerts.values()) if a.rule == "expiry" and a.group == classic]
+            severity, details = alert.severity, dict(alert.details)  # as first warned (it goes critical later)
+            clocks = daemon.clusters["test"].exact_clocks()
+            time.sleep(max(0.0, t0 + 72 - time.time()))
+        finally:
+            daemon.stop()
+            stop.set()
+            thread.join(10)
+            assigned.close()
+        report = said(recorder, t0) + f"\nclassic left at +{left_at - t0:.1f}s, warned at +{warned_at - t0:.1f}s"
+        assert clocks["state"] == "live", clocks
+        assert details["observed"] is True and severity == "warning", (alert.summary, details)
+        assert 44 <= warned_at - left_at < 55, report  # 75% of the minute, and before the broker deletes them
+        assert abs(float(details["expires_at"]) - (left_at + 60)) < 3, details
+        assert any(r == ("expiry",) for _, r in recorder.kinds(classic)), report
+        # The simple group: never warned, and its offsets really are kept by the broker all along.
+        assert recorder.kinds(simple) == [], report
+        assert not [a for a in daemon.book.alerts.values() if a.group == simple], report
+        assert len(recommits) >= 14 and time.time() - t0 >= 70
+        seen = polls.of(simple)
+        assert len(seen) >= 65 and seen[-1][0] - seen[0][0] >= 65, len(seen)
+        assert polls.count() == len(seen)  # its committed offsets were there at every poll

@@ -1,0 +1,70 @@
+"""Routes before dedup, and storms: what each receiver is told."""
+
+from __future__ import annotations
+
+from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
+from lagwatch.model import Finding
+
+PAGER = Receiver("pager", min_severity="critical")
+CHAT = Receiver("chat")
+
+
+def finding(group: str, severity: str, rule: str = "lag", cluster: str = "c") -> Finding:
+    labels = {"cluster": cluster, "group": group}
+    return Finding(rule, severity, cluster, group, labels, f"{group} {rule} {severity}", {"lag": 10})
+
+
+def book(**config: object) -> AlertBook:
+    cfg = {"group_wait_s": 0, "group_interval_s": 0, **config}
+    return AlertBook(AlertsConfig.model_validate(cfg), receivers=(PAGER, CHAT))
+
+
+def told(notes: list, receiver: str) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(n.kind, n.severity) for n in notes if n.receiver == receiver]
+
+
+def test_a_receiver_never_gets_a_resolve_for_what_it_never_saw() -> None:
+    b = book()
+    b.apply("c", [finding("g", "warning")], frozenset(), 0)
+    first = b.due(0)
+    b.apply("c", [], frozenset(), 10)
+    second = b.due(10)
+    assert told(first, "chat") == [("firing", "warning")] and told(second, "chat") == [("resolved", "resolved")]
+    assert told(first + second, "pager") == []
+
+
+def test_escalation_reaches_the_pager_and_de_escalation_resolves_it_there_only() -> None:
+    b = book()
+    b.apply("c", [finding("g", "warning")], frozenset(), 0)
+    notes = b.due(0)
+    b.apply("c", [finding("g", "critical")], frozenset(), 10)
+    notes += b.due(10)
+    b.apply("c", [finding("g", "warning")], frozenset(), 20)
+    notes += b.due(20)
+    assert told(notes, "pager") == [("firing", "critical"), ("resolved", "resolved")]
+    assert told(notes, "chat") == [("firing", "warning"), ("update", "critical"), ("update", "warning")]
+
+
+def test_storm_one_summary_per_receiver_then_groups_resolve_one_by_one_quietly() -> None:
+    b = book(storm_threshold=5)
+    b.apply("c", [finding(f"g{i}", "critical") for i in range(30)], frozenset(), 0)
+    notes = b.due(0)
+    assert [(n.receiver, n.kind) for n in notes] == [("pager", "firing"), ("chat", "firing")]
+    assert notes[0].storm is not None and notes[0].storm["groups_firing"] == 30
+    assert notes[0].storm["alerts_by_rule"] == {"lag": 30}
+    assert len(b.alerts) == 30  # every group is still tracked
+    b.apply("c", [finding(f"g{i}", "critical") for i in range(10)], frozenset(), 60)
+    assert b.due(60) == []  # twenty groups resolved: quiet, the storm is still on
+    assert sum(a.state == "firing" for a in b.alerts.values()) == 10
+    b.apply("c", [], frozenset(), 120)
+    end = b.due(120)
+    assert [(n.receiver, n.kind) for n in end] == [("pager", "resolved"), ("chat", "resolved")]
+    assert b.alerts == {} and b.storms == {}
+
+
+def test_below_the_storm_threshold_each_group_is_told_and_other_clusters_are_apart() -> None:
+    b = book(storm_threshold=5)
+    b.apply("c", [finding(f"g{i}", "warning") for i in range(5)], frozenset(), 0)
+    b.apply("d", [finding(f"h{i}", "warning", cluster="d") for i in range(3)], frozenset(), 0)
+    notes = b.due(0)
+    assert len(told(notes, "chat")) == 8 and all(n.storm is None for n in notes)

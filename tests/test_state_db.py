@@ -1,0 +1,154 @@
+"""The state database: small writes, failures that lose nothing, damaged or newer state set aside, never a crash."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
+from lagwatch.model import Finding
+from lagwatch.notify import Outbox
+from lagwatch.state import StateStore
+
+
+def finding(group: str, rule: str = "lag", severity: str = "warning") -> Finding:
+    return Finding(rule, severity, "c", group, {"cluster": "c", "group": group}, f"{group} {rule}", {"lag": 5})
+
+
+def book_with(groups: int, receivers: tuple[Receiver, ...] = (Receiver("log"),)) -> AlertBook:
+    book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0, storm_threshold=10**6), receivers=receivers)
+    book.apply("c", [finding(f"g{i}") for i in range(groups)], frozenset(), 0.0)
+    return book
+
+
+def test_a_delivery_writes_one_row_not_the_whole_state(tmp_path: Path) -> None:
+    store = StateStore(tmp_path).open()
+    book, outbox = book_with(1000), Outbox()
+    notes = book.due(0.0)
+    outbox.add(notes, ["log"])
+    first = store.save_alerts(book, outbox)
+    assert first == 1000 + 1000 + 1000  # alerts, groups, queued notifications
+    delivery = outbox.due(1.0, "log")[0]
+    outbox.done(delivery, {"ts": "1"})
+    assert store.save_alerts(None, outbox) == 2  # the delivered row goes, its reference comes
+    # The next poll changes the figures of every alert, not their state: nothing to write.
+    book.apply("c", [finding(f"g{i}") for i in range(1000)], frozenset(), 5.0)
+    assert store.save_alerts(book, outbox) == 0
+    store.close()
+    again = StateStore(tmp_path).open()
+    raw = again.read_alerts()
+    restored = AlertBook.from_json(AlertsConfig(), raw["book"], (Receiver("log"),))
+    assert len(restored.alerts) == 1000 and len(Outbox.from_json(raw["outbox"]).deliveries) == 999
+    again.close()
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+def test_full_disk_loses_nothing_and_catches_up_when_it_heals(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "4m")
+    try:
+        store = StateStore(disk).open()
+        book, outbox = book_with(10), Outbox()
+        store.save_alerts(book, outbox)
+        filler = disk / "filler"
+        with open(filler, "wb") as f:  # fill the disk to the last byte
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        book.apply("c", [finding(f"g{i}") for i in range(400)], frozenset(), 10.0)  # a storm of new alerts
+        outbox.add(book.due(10.0), ["log"])
+        with pytest.raises((sqlite3.Error, OSError)):
+            store.save_alerts(book, outbox)
+        assert len(book.alerts) == 400 and outbox.pending() == 400  # memory is still the truth
+        filler.unlink()
+        assert store.save_alerts(book, outbox) > 0  # everything owed, at once
+        store.close()
+        raw = StateStore(disk).open().read_alerts()
+        assert len(raw["book"]["alerts"]) == 400 and len(raw["outbox"]["deliveries"]) == 400
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_row_of_another_shape_is_set_aside_and_the_rest_loads(tmp_path: Path) -> None:
+    store = StateStore(tmp_path).open()
+    book, outbox = book_with(3), Outbox()
+    store.save_alerts(book, outbox)
+    store.db.db.execute(
+        "UPDATE alerts SET body = ? WHERE key = ?", ('{"key": "x", "from_the_future": 1}', "lag|cluster=c|group=g1")
+    )
+    store.db.db.execute("UPDATE alerts SET body = 'null' WHERE key = ?", ("lag|cluster=c|group=g2",))
+    store.close()
+    again = StateStore(tmp_path).open()
+    raw = again.read_alerts()
+    assert len(raw["book"]["alerts"]) == 2  # 'null' was set aside as it was read
+    aside = again.db.db.execute("SELECT tbl, key FROM set_aside").fetchall()
+    assert ("alerts", "lag|cluster=c|group=g2") in aside
+    again.close()
+
+
+def test_daemon_starts_on_damaged_newer_or_odd_state(tmp_path: Path) -> None:
+    """A garbage file, a database from a newer lagwatch, alerts.json of another shape: one log line each, a
+    running daemon, and the last good copy used where there is one."""
+    good = tmp_path / "good"
+    store = StateStore(good).open()
+    store.save_alerts(book_with(2), Outbox())
+    store.close()  # leaves state.db.last-good
+    (good / "state.db").write_bytes(b"this is not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        (good / f"state.db{suffix}").unlink(missing_ok=True)
+    store = StateStore(good).open()
+    assert len(store.read_alerts()["book"]["alerts"]) == 2  # restored from the last good copy
+    assert list(good.glob("state.db.set-aside-*"))
+    store.close()
+
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    db = sqlite3.connect(newer / "state.db")
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    store = StateStore(newer).open()
+    assert store.read_alerts()["book"]["alerts"] == [] and list(newer.glob("state.db.set-aside-*"))
+    store.close()
+
+    for name, content in (
+        ("list", "[]"),
+        ("null", "null"),
+        ("shape", json.dumps({"book": {"alerts": [{"key": "k", "extra": 1}]}})),
+    ):
+        odd = tmp_path / name
+        odd.mkdir()
+        (odd / "alerts.json").write_text(content)
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(
+            f"state_dir: {odd}\nhttp: {{enabled: false}}\n"
+            "clusters: {x: {bootstrap_servers: '127.0.0.1:1', poll_interval_s: 1, request_timeout_s: 1, exact_clocks: false}}\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(timeout=4)  # still running: no crash loop
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        if name == "shape":
+            assert "unknown shape" in err and (odd / "alerts.json.imported").exists()
