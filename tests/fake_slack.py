@@ -35,6 +35,11 @@ class FakeSlack:
     # Per API method ("chat.update"), Slack error codes for its next calls, one per call: {"ok": false, "error"}.
     errors_next: dict[str, list[str]] = field(default_factory=dict)
     token: str = "xoxb-test-Token-42"
+    # The next N chat.postMessage calls are carried out, then answered only after `hang_s` (past the client's
+    # timeout): Slack acted, lagwatch never heard.
+    act_then_hang_next: int = 0
+    hang_s: float = 3.0
+    messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # channel id -> messages posted
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -44,9 +49,14 @@ class FakeSlack:
         return f"http://127.0.0.1:{self.port}/api/"
 
     def delivered(self, method: str | None = None) -> list[Call]:
+        """Successful calls that post or change messages (lookups are not deliveries)."""
         with self._lock:
             return [
-                c for c in self.calls if c.status == 200 and c.error is None and (method is None or c.method == method)
+                c
+                for c in self.calls
+                if c.status == 200
+                and c.error is None
+                and (c.method == method if method else not c.method.startswith("conversations."))
             ]
 
     def start(self) -> FakeSlack:
@@ -69,6 +79,12 @@ class FakeSlack:
                 status, body, headers = fake._answer(method, args, self.headers.get("Authorization", ""))
                 if fake.delay_s:
                     time.sleep(fake.delay_s)
+                if method == "chat.postMessage" and body.get("ok"):
+                    with fake._lock:
+                        hang = fake.act_then_hang_next > 0
+                        fake.act_then_hang_next -= hang
+                    if hang:
+                        time.sleep(fake.hang_s)
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 for k, v in headers.items():
@@ -110,15 +126,24 @@ class FakeSlack:
             self.calls.append(Call(method, args, time.monotonic(), 200))
             if method == "chat.postMessage":
                 self._ts += 1
-                return (
-                    200,
-                    {
-                        "ok": True,
-                        "channel": _channel_id(args.get("channel")),
-                        "ts": f"1700000000.{self._ts:06d}",
-                    },
-                    {},
-                )
+                channel, ts = _channel_id(args.get("channel")), f"1700000000.{self._ts:06d}"
+                metadata = args.get("metadata")
+                if isinstance(metadata, str):
+                    metadata = json.loads(metadata)
+                message = {
+                    "ts": ts,
+                    "at": time.time(),  # the fake's ts are fixed for the tests: conversations.history filters on this
+                    "text": args.get("text"),
+                    "thread_ts": args.get("thread_ts"),
+                    "metadata": metadata,
+                }
+                self.messages.setdefault(channel, []).append(message)
+                return 200, {"ok": True, "channel": channel, "ts": ts}, {}
+            if method == "conversations.history":
+                channel = _channel_id(args.get("channel"))
+                oldest = float(args.get("oldest") or 0)
+                found = [m for m in self.messages.get(channel, []) if m["at"] >= oldest]
+                return 200, {"ok": True, "messages": list(reversed(found))}, {}
             if method == "chat.update":
                 return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
             return 200, {"ok": False, "error": "unknown_method"}, {}

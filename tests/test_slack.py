@@ -210,3 +210,50 @@ def test_bad_token_fails_for_good_without_showing_it(slack: FakeSlack) -> None:
     with pytest.raises(PermanentError) as e:
         n.send(note, None)
     assert str(e.value) == "slack chat_postMessage: invalid_auth" and "Secret" not in str(e.value)
+
+
+def test_a_post_that_times_out_after_slack_acted_is_never_posted_twice(slack: FakeSlack) -> None:
+    """Slack posts the message, but its answer comes after lagwatch's timeout: the retry finds the message by its
+    metadata key, and the later resolve edits that very message."""
+    life = Lifecycle()
+    n = notifier(slack, timeout_s=1)
+    slack.act_then_hang_next, slack.hang_s = 1, 2.5
+    life.step([finding("lag")], 0)
+    deliver(life.outbox, n, timeout=30)
+    assert len(slack.delivered("chat.postMessage")) == 1
+    assert [c.method for c in slack.calls].count("conversations.history") == 1
+    life.step([], 60)
+    deliver(life.outbox, n)
+    (_post, reply) = slack.delivered("chat.postMessage")
+    (update,) = slack.delivered("chat.update")
+    assert update.args["ts"] == reply.args["thread_ts"] == "1700000000.000001"
+
+
+def test_dying_mid_post_then_restarting_does_not_post_again(slack: FakeSlack) -> None:
+    """The previous run saved the delivery as in flight, posted, and died before recording it."""
+    life = Lifecycle()
+    (note,) = life.step([finding("lag")], 0)
+    notifier(slack).send(note, None)  # what the previous run got done before it died
+    saved = json.loads(json.dumps(life.outbox.to_json()))
+    saved["deliveries"][0]["in_flight"] = True
+    restored = Outbox.from_json(saved)
+    deliver(restored, notifier(slack))
+    assert len(slack.delivered("chat.postMessage")) == 1
+    assert restored.refs["slack|" + note.group_key]["ts"] == "1700000000.000001"
+
+
+def test_stale_repeats_and_updates_collapse_after_an_outage() -> None:
+    life = Lifecycle()
+    life.book.config = AlertsConfig(group_wait_s=0, group_interval_s=0, repeat_interval_s=100)
+    life.step([finding("lag")], 0)
+    for t in (100, 200, 300):
+        life.step([finding("lag")], t)  # repeats while Slack is down
+    life.step([finding("lag", severity="critical")], 350)  # an update
+    life.step([finding("lag", severity="critical")], 450)  # and the latest repeat
+    kinds = [d.notification.kind for d in life.outbox.deliveries]
+    assert kinds == ["firing", "repeat", "repeat", "repeat", "update", "repeat"]
+    due = life.outbox.due(time.time() + 1000, "slack")
+    assert [d.notification.kind for d in due] == ["firing"]
+    life.outbox.done(due[0], {"channel": "C1", "ts": "1"})
+    assert [d.notification.kind for d in life.outbox.due(time.time() + 1000, "slack")] == ["repeat"]
+    assert life.outbox.collapsed == 4 and life.outbox.pending() == 1

@@ -147,8 +147,17 @@ class _Worker:
             self._persist()
             return
         ref = self.outbox.refs.get(Outbox.ref_key(self.name, notification.group_key))
+        checks = getattr(self.notifier, "checks_duplicates", False)
+        maybe_sent = delivery.in_flight
+        if checks and not delivery.in_flight:
+            # Saved before the call: if lagwatch dies during it, the next run knows to look before sending again.
+            delivery.in_flight = True
+            self._persist()
         try:
-            new_ref = self.notifier.send(notification, ref)
+            if checks:
+                new_ref = self.notifier.send(notification, ref, maybe_sent=maybe_sent)  # type: ignore[call-arg]
+            else:
+                new_ref = self.notifier.send(notification, ref)
         except PermanentError as e:
             self.outbox.discard(delivery)
             with self.counters.lock:

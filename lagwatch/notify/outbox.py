@@ -17,6 +17,9 @@ class Delivery:
     attempts: int = 0
     next_attempt_at: float = 0.0
     last_error: str | None = None
+    # An attempt began and its outcome is unknown (it failed, or lagwatch died during it): the receiver may have
+    # it already. Saved before a notifier that can check for duplicates is called.
+    in_flight: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -25,6 +28,7 @@ class Delivery:
             "attempts": self.attempts,
             "next_attempt_at": self.next_attempt_at,
             "last_error": self.last_error,
+            "in_flight": self.in_flight,
         }
 
     @classmethod
@@ -35,6 +39,7 @@ class Delivery:
             attempts=raw.get("attempts", 0),
             next_attempt_at=raw.get("next_attempt_at", 0.0),
             last_error=raw.get("last_error"),
+            in_flight=bool(raw.get("in_flight", False)),
         )
 
 
@@ -44,6 +49,7 @@ class Outbox:
     # Where each notifier's message for an alert group lives (e.g. a Slack channel and ts), to update it in place.
     refs: dict[str, dict[str, Any]] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    collapsed: int = 0  # stale repeats and updates dropped because a newer notification of the group was queued
 
     @staticmethod
     def ref_key(notifier: str, group_key: str) -> str:
@@ -59,19 +65,34 @@ class Outbox:
 
     def due(self, now: float, notifier: str | None = None) -> list[Delivery]:
         """Deliveries to attempt now (of one notifier, or all): per notifier and group only the oldest, so that
-        order is kept."""
+        order is kept. A repeat, or an update that resolves nothing, with a newer notification of the same group
+        queued behind it is stale (a receiver that was down would get a burst of old news): it is dropped, and the
+        newer one says it all."""
         with self.changed:
+            queued: dict[tuple[str, str], int] = {}
+            for d in self.deliveries:
+                lane = (d.notifier, d.notification.group_key)
+                queued[lane] = queued.get(lane, 0) + 1
             blocked: set[tuple[str, str]] = set()
             ready = []
+            stale = []
             for d in self.deliveries:
                 if notifier is not None and d.notifier != notifier:
                     continue
                 lane = (d.notifier, d.notification.group_key)
                 if lane in blocked:
                     continue
+                if queued[lane] > 1 and _superseded(d.notification):
+                    stale.append(d)
+                    queued[lane] -= 1
+                    continue
                 blocked.add(lane)
                 if d.next_attempt_at <= now:
                     ready.append(d)
+            if stale:
+                dropped = {id(d) for d in stale}
+                self.deliveries = [d for d in self.deliveries if id(d) not in dropped]
+                self.collapsed += len(stale)
             return ready
 
     def next_attempt(self, notifier: str | None = None) -> float | None:
@@ -113,3 +134,11 @@ class Outbox:
         return cls(
             deliveries=[Delivery.from_json(d) for d in raw.get("deliveries", [])], refs=dict(raw.get("refs", {}))
         )
+
+
+def _superseded(n: Notification) -> bool:
+    """Whether a newer notification of the same group makes this one pointless: a repeat, or an update that
+    announces no resolution (the newer one carries the group's whole current state)."""
+    if n.kind == "repeat":
+        return True
+    return n.kind == "update" and not any(a.get("state") == "resolved" for a in n.alerts)

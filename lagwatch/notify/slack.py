@@ -5,10 +5,17 @@ to resolved and replies in the thread. slack-sdk retries 429 (honouring Retry-Af
 lagwatch paces messages to about one per second per channel. Each runs on its own notifier worker, never a
 poll's thread. Errors are sorted into permanent (bad token, unknown or archived channel, rejected payload) and
 retryable (the rest); a chat.update on a deleted message posts a new one instead.
+
+Never a duplicate post: every message carries a key in its metadata (`lagwatch_notification`). A post whose answer
+was lost (a timeout or a dropped connection after Slack may have acted), or one made by a previous run of lagwatch
+that may have died before recording it, is first looked for with conversations.history since the attempt; if it
+is there, it counts as delivered. That needs the channel's id (or a name Slack resolves) and the `channels:history`
+scope (`groups:history` for private channels); without them lagwatch posts again and says so once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -27,15 +34,17 @@ from lagwatch.notify import render
 from lagwatch.notify.base import DeliveryError, PermanentError, RetryableError, http_status_error
 from lagwatch.notify.settings import SlackConfig, SlackWebhookConfig
 
+log = logging.getLogger(__name__)
+METADATA_EVENT = "lagwatch_notification"
+
 PACE_S = 1.0
 
 
-def _retry_handlers() -> list[Any]:
-    return [
-        ConnectionErrorRetryHandler(max_retry_count=2),
-        RateLimitErrorRetryHandler(max_retry_count=3),
-        ServerErrorRetryHandler(max_retry_count=2),
-    ]
+def _retry_handlers(connection_errors: bool = True) -> list[Any]:
+    # A dropped connection may come after Slack acted: the bot client leaves those to lagwatch, which looks for
+    # the message before posting again. An incoming webhook cannot look, so slack-sdk retries for it.
+    handlers: list[Any] = [RateLimitErrorRetryHandler(max_retry_count=3), ServerErrorRetryHandler(max_retry_count=2)]
+    return [ConnectionErrorRetryHandler(max_retry_count=2), *handlers] if connection_errors else handlers
 
 
 class SlackNotifier:
@@ -46,10 +55,12 @@ class SlackNotifier:
             token=config.token.get_secret_value(),
             base_url=config.base_url,
             timeout=int(config.timeout_s),
-            retry_handlers=_retry_handlers(),
+            retry_handlers=_retry_handlers(connection_errors=False),
         )
         self._last_post: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._uncertain: dict[str, float] = {}  # message key -> when a post whose outcome is unknown was tried
+        self._lookup_warned = False
 
     def channel_for(self, n: Notification) -> str:
         worst = (n.firing or list(n.alerts) or [{}])[0]
@@ -81,24 +92,68 @@ class SlackNotifier:
         except Exception as e:  # connection errors and timeouts after slack-sdk's own retries
             raise RetryableError(f"slack {method}: {type(e).__name__}: {e}") from None
 
-    def _post(self, channel: str, text: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
-        response = self._call("chat_postMessage", channel, text=text, blocks=blocks)
+    def _post(self, n: Notification, key: str, channel: str, maybe_sent: bool, **message: Any) -> dict[str, Any]:
+        """chat.postMessage, at most once per key: a post that may already have happened is looked for first."""
+        since = self._uncertain.get(key)
+        if since is None and maybe_sent:
+            since = n.created_at  # an attempt of an earlier run, which may have posted it and died before saying so
+        if since is not None:
+            found = self._find_posted(channel, key, since)
+            if found is not None:
+                self._uncertain.pop(key, None)
+                return found
+        attempt = time.time()
+        metadata = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
+        try:
+            response = self._call("chat_postMessage", channel, metadata=metadata, **message)
+        except RetryableError as e:
+            if "ratelimited" not in str(e):  # a 429 is a refusal; anything else may have reached Slack
+                self._uncertain.setdefault(key, attempt)
+            raise
+        self._uncertain.pop(key, None)
         return {"channel": response["channel"], "ts": response["ts"]}
 
-    def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _find_posted(self, channel: str, key: str, since: float) -> dict[str, Any] | None:
+        try:
+            self._pace(channel)
+            page = self.client.conversations_history(
+                channel=channel, oldest=f"{since - 5:.6f}", include_all_metadata=True, limit=200
+            )
+        except Exception as e:  # no scope, a channel name Slack does not resolve here, Slack down: post again
+            if not self._lookup_warned:
+                self._lookup_warned = True
+                log.warning(
+                    "cannot check Slack for a message that may already be posted; posting it (again)",
+                    extra={"notifier": self.name, "error": f"{type(e).__name__}: {e}"[:200]},
+                )
+            return None
+        messages: list[dict[str, Any]] = page.get("messages", [])
+        for message in messages:
+            payload = (message.get("metadata") or {}).get("event_payload") or {}
+            if payload.get("key") == key:
+                return {"channel": page.get("channel_actual") or channel, "ts": message["ts"]}
+        return None
+
+    checks_duplicates = True  # the dispatcher says when an earlier attempt's outcome is unknown
+
+    def send(
+        self, notification: Notification, ref: dict[str, Any] | None, maybe_sent: bool = False
+    ) -> dict[str, Any] | None:
         text = render.fallback_text(notification)
         blocks = render.blocks(notification, self.config.grafana_url)
+        key = f"{self.name}|{notification.group_key}|{notification.id}"
         if ref is None or notification.kind == "firing":
             # A new incident for this group: a message of its own.
-            return self._post(self.channel_for(notification), text, blocks)
+            return self._post(notification, key, self.channel_for(notification), maybe_sent, text=text, blocks=blocks)
         try:
             self._call("chat_update", ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
         except _MessageGone:
             # Someone deleted the message (or it can no longer be edited): the news goes out as a new message,
             # which later updates and replies then follow. Its thread went with it, so no reply this time.
-            return self._post(ref["channel"], text, blocks)
+            return self._post(notification, key, ref["channel"], maybe_sent, text=text, blocks=blocks)
         if notification.kind in ("repeat", "resolved"):
-            self._call("chat_postMessage", ref["channel"], thread_ts=ref["ts"], text=render.thread_text(notification))
+            reply = render.thread_text(notification)
+            self._post(notification, key + "|reply", ref["channel"], maybe_sent, thread_ts=ref["ts"], text=reply)
         return ref
 
 

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS storms (key TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS silences (id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
   id TEXT PRIMARY KEY, seq TEXT NOT NULL, notifier TEXT NOT NULL, body TEXT NOT NULL,
-  attempts INTEGER NOT NULL, next_attempt_at REAL NOT NULL, last_error TEXT
+  attempts INTEGER NOT NULL, next_attempt_at REAL NOT NULL, last_error TEXT, in_flight INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS refs (key TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS history (cluster TEXT PRIMARY KEY, body TEXT NOT NULL, previous TEXT);
@@ -168,12 +168,13 @@ class StateDatabase:
             }
             sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
             deliveries = []
-            for key, _seq, notifier, body, attempts, next_at, error in self.db.execute(
-                "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error FROM outbox ORDER BY seq, id"
+            for key, _seq, notifier, body, attempts, next_at, error, in_flight in self.db.execute(
+                "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error, in_flight FROM outbox "
+                "ORDER BY seq, id"
             ):
                 notification = self._parse("outbox", key, body)
                 if notification is not None:
-                    self._written["outbox"][key] = _dumps([body, attempts, next_at, error])
+                    self._written["outbox"][key] = _dumps([body, attempts, next_at, error, bool(in_flight)])
                     deliveries.append(
                         {
                             "notification": notification,
@@ -181,6 +182,7 @@ class StateDatabase:
                             "attempts": attempts,
                             "next_attempt_at": next_at,
                             "last_error": error,
+                            "in_flight": bool(in_flight),
                         }
                     )
         return {
@@ -256,7 +258,8 @@ class StateDatabase:
             f"{d.notifier}|{d.notification.id}": (d, _dumps(d.notification.to_json())) for d in outbox.deliveries
         }
         wanted_outbox = {
-            key: _dumps([body, d.attempts, d.next_attempt_at, d.last_error]) for key, (d, body) in deliveries.items()
+            key: _dumps([body, d.attempts, d.next_attempt_at, d.last_error, d.in_flight])
+            for key, (d, body) in deliveries.items()
         }
         changes = 0
         with self._transaction() as db:
@@ -270,8 +273,17 @@ class StateDatabase:
                 if written.get(key) != state:
                     d, body = deliveries[key]
                     db.execute(
-                        "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (key, d.notification.id, d.notifier, body, d.attempts, d.next_attempt_at, d.last_error),
+                        "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            key,
+                            d.notification.id,
+                            d.notifier,
+                            body,
+                            d.attempts,
+                            d.next_attempt_at,
+                            d.last_error,
+                            d.in_flight,
+                        ),
                     )
                     changes += 1
             if book is not None:
