@@ -72,13 +72,15 @@ class PartitionProgress:
         return self.samples[-1] if self.samples else None
 
     def window(self, since: float) -> list[Sample]:
-        """Samples from the last one at or before `since` to now (so the window is fully covered)."""
-        items = list(self.samples)
-        start = 0
-        for i, s in enumerate(items):
+        """Samples from the last one at or before `since` to now (so the window is fully covered); all of them
+        when none is that old. Walks back from the newest: a window is a few samples of up to 64."""
+        out = []
+        for s in reversed(self.samples):
+            out.append(s)
             if s.t <= since:
-                start = i
-        return items[start:]
+                break
+        out.reverse()
+        return out
 
 
 @dataclass

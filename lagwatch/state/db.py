@@ -21,7 +21,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +249,10 @@ class StateDatabase:
                 a.key: f"{a.state}|{a.severity}|{a.started_at}|{a.fired_at}|{a.resolved_at}|{a.for_s}"
                 for a in book.alerts.values()
             }
-            wanted["alert_groups"] = {g.key: _dumps(asdict(g)) for g in book.groups.values()}
-            wanted["storms"] = {s.key: _dumps(asdict(s)) for s in book.storms.values()}
-            wanted["silences"] = {s.id: _dumps(asdict(s)) for s in book.silences if s.created_by != "config"}
+            # Shallow: their fields are plain values, dicts and lists (dataclasses.asdict copies deeply, 10x slower).
+            wanted["alert_groups"] = {g.key: _dumps(vars(g)) for g in book.groups.values()}
+            wanted["storms"] = {s.key: _dumps(vars(s)) for s in book.storms.values()}
+            wanted["silences"] = {s.id: _dumps(vars(s)) for s in book.silences if s.created_by != "config"}
         wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
         deliveries = {
             f"{d.notifier}|{d.notification.id}": (d, _dumps(d.notification.to_json())) for d in outbox.deliveries
@@ -307,7 +307,7 @@ class StateDatabase:
             changes += 1
         for key, content in rows.items():
             if written.get(key) != content:
-                body = content if bodies is None else _dumps(asdict(bodies[key]))
+                body = content if bodies is None else _dumps(vars(bodies[key]))
                 db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (key, body))
                 changes += 1
         return changes

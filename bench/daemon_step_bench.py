@@ -1,0 +1,146 @@
+"""The whole daemon step after the poll, at scale: history, rules, alert lifecycle, notifications to the outbox,
+persistence (the state database) and the /metrics rendering, through the daemon's own code (Daemon.poll_cluster),
+fed with synthetic snapshots so that only lagwatch's work is measured. (The poll itself is `poll_bench.py`.)
+
+The groups are Empty and lag (a cluster-wide incident: every group stopped), so every group has alerts, the storm
+path is taken, and the state database has rows for all of them. Each step advances every log end.
+
+    python bench/daemon_step_bench.py --sizes 10000x10 --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lagwatch.config import ClusterConfig, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.model import (
+    BrokerSettings,
+    ClusterSnapshot,
+    CommittedOffset,
+    GroupKind,
+    GroupSnapshot,
+    PartitionOffsets,
+    TopicPartition,
+)
+
+GROUPS_PER_TOPIC = 10
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class SyntheticPoller:
+    def __init__(self, groups: int, partitions: int, interval: float) -> None:
+        self.groups, self.partitions, self.interval = groups, partitions, interval
+        self.t = time.time() - 3600
+        self.polls = 0
+        topics = (groups + GROUPS_PER_TOPIC - 1) // GROUPS_PER_TOPIC
+        self.tps = [[TopicPartition(f"t{t:05d}", p) for p in range(partitions)] for t in range(topics)]
+        self.group_snapshots = tuple(
+            GroupSnapshot(
+                group_id=f"g{g:06d}",
+                state="Empty",
+                protocol_type="consumer",
+                kind=GroupKind.CLASSIC,
+                coordinator_id=1,
+                committed={tp: CommittedOffset(1000) for tp in self.tps[g // GROUPS_PER_TOPIC]},
+            )
+            for g in range(groups)
+        )
+
+    def poll(self) -> ClusterSnapshot:
+        self.polls += 1
+        self.t += self.interval
+        end = 1000 + 50 * self.polls
+        partitions = {tp: PartitionOffsets(0, end) for tps in self.tps for tp in tps}
+        return ClusterSnapshot(
+            cluster="bench",
+            taken_at=self.t,
+            duration_s=0.0,
+            groups=self.group_snapshots,
+            partitions=partitions,
+            brokers=(BrokerSettings(1, 10080, 600000),),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def timed(owner: Any, name: str, sink: dict[str, list[float]]) -> None:
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            sink.setdefault(name, []).append(time.perf_counter() - t0)
+
+    setattr(owner, name, wrapper)
+
+
+def run(groups: int, partitions: int, steps: int) -> None:
+    interval = 30.0
+    with tempfile.TemporaryDirectory() as state:
+        settings = load_settings(
+            state_dir=Path(state),
+            http={"enabled": False},
+            rules={"stopped": {"window_s": 60}, "lag": {"for_s": 0, "warning": {"offsets": 100}}},
+            alerts={"group_wait_s": 0, "group_interval_s": 0},
+            history_save_interval_s=0,  # save history every step: the worst case
+        )
+        poller = SyntheticPoller(groups, partitions, interval)
+        cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
+        daemon = Daemon(
+            settings,
+            clusters={"bench": cluster},
+            notifiers={},
+            poller_factory=lambda name, cfg: poller,
+            reader_factory=None,
+        )
+        phases: dict[str, list[float]] = {}
+        timed(daemon.pipelines["bench"], "step", phases)
+        timed(daemon, "save_alerts", phases)
+        timed(daemon, "save_history", phases)
+        timed(daemon, "render_metrics", phases)
+        totals = []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            daemon.poll_cluster("bench")
+            totals.append(time.perf_counter() - t0)
+            say(f"  step {i + 1}/{steps}: {totals[-1]:.3f} s, {len(daemon.book.alerts)} alerts")
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        writes = daemon.store.db.writes
+        db_size = sum(f.stat().st_size for f in Path(state).glob("state.db*")) / 1e6
+        daemon.stop()
+    rest = totals[1:] or totals
+    print(f"\n{groups} groups x {partitions} partitions = {groups * partitions:,} group-partitions")
+    print(f"  whole step: first {totals[0]:.3f} s, median of the rest {statistics.median(rest):.3f} s")
+    for name, values in phases.items():
+        later = values[1:] or values
+        print(f"  {name:<15} median {statistics.median(later) * 1000:8.1f} ms   (first {values[0] * 1000:.1f} ms)")
+    print(f"  peak RSS {rss_mb:.0f} MB; state database {db_size:.1f} MB after {writes:,} row writes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000x10", help="GROUPSxPARTITIONS[,...]")
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    for size in args.sizes.split(","):
+        g, p = (int(x) for x in size.split("x"))
+        say(f"{g} groups x {p} partitions: building and stepping ...")
+        run(g, p, args.steps)
+
+
+if __name__ == "__main__":
+    main()
