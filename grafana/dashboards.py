@@ -56,8 +56,13 @@ def ts(title: str, unit: str, *queries: prometheus.Dataquery, w: int = 12, h: in
         .unit(unit)
         .span(w)
         .height(h)
-        .legend(cb.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.TABLE).placement(
-            common.LegendPlacement.BOTTOM).calcs(["lastNotNull", "max"]))
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.BOTTOM)
+            .calcs(["lastNotNull", "max"])
+        )
     )
     if desc:
         panel = panel.description(desc)
@@ -66,8 +71,9 @@ def ts(title: str, unit: str, *queries: prometheus.Dataquery, w: int = 12, h: in
     return panel
 
 
-def tbl(title: str, unit: str, query: prometheus.Dataquery, w: int = 12, h: int = 8, desc: str = "",
-        sort_desc: bool = True) -> Panel:
+def tbl(
+    title: str, unit: str, query: prometheus.Dataquery, w: int = 12, h: int = 8, desc: str = "", sort_desc: bool = True
+) -> Panel:
     panel = (
         table.Panel()
         .title(title)
@@ -294,8 +300,10 @@ def consumer_group() -> db.Dashboard:
         ts(
             "Lag per topic (seconds)",
             "s",
-            q(f"max by (cluster, group, topic) (lagwatch_group_topic_lag_seconds_max{{{SEL_TOPIC}}})",
-              "{{group}} {{topic}}"),
+            q(
+                f"max by (cluster, group, topic) (lagwatch_group_topic_lag_seconds_max{{{SEL_TOPIC}}})",
+                "{{group}} {{topic}}",
+            ),
         )
     )
     d = d.with_panel(
@@ -336,9 +344,7 @@ def consumer_group() -> db.Dashboard:
     )
     d = d.with_row(db.Row("Members, state, expiry"))
     d = d.with_panel(ts("Members", "short", q(f"lagwatch_group_members{{{SEL}}}", "{{group}}"), w=8))
-    d = d.with_panel(
-        tbl("State and kind", "short", q(f"lagwatch_group_state{{{SEL}}} == 1", instant=True), w=8)
-    )
+    d = d.with_panel(tbl("State and kind", "short", q(f"lagwatch_group_state{{{SEL}}} == 1", instant=True), w=8))
     d = d.with_panel(
         st(
             "Offsets can expire in",

@@ -22,7 +22,9 @@ from lagwatch.serve.openapi import OPENAPI
 from tests.helm_tool import CHART, ROOT, helm_binary, template
 
 HELM = helm_binary()
-pytestmark = pytest.mark.skipif(HELM is None, reason="helm not built (make test builds it: deploy/tools/install-helm.sh)")
+pytestmark = pytest.mark.skipif(
+    HELM is None, reason="helm not built (make test builds it: deploy/tools/install-helm.sh)"
+)
 VALUES = {
     "default": [],
     "minimal": ["-f", str(CHART / "ci" / "minimal-values.yaml")],
@@ -74,7 +76,13 @@ def test_rendered_manifests_match_the_kubernetes_schemas(values: str) -> None:
 
 def test_default_install_is_one_locked_down_pod_with_state() -> None:
     docs = render("default")
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == [
+        "ConfigMap",
+        "Deployment",
+        "PersistentVolumeClaim",
+        "Service",
+        "ServiceAccount",
+    ]
     (deployment,) = by_kind(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
@@ -193,8 +201,15 @@ def test_rendered_config_passes_lagwatch_validate_with_the_mounted_secrets(value
 BAD_VALUES = [
     (["--set", "replicaCount=2"], "/replicaCount"),
     (["--set", "config.notifiers.slack.token=xoxb-1", "--set", "config.notifiers.slack.default_channel=#a"], "token"),
-    (["--set", "config.clusters.prod.bootstrap_servers[0]=k:9092", "--set",
-      "config.clusters.prod.security.sasl.password=hunter2"], "password"),
+    (
+        [
+            "--set",
+            "config.clusters.prod.bootstrap_servers[0]=k:9092",
+            "--set",
+            "config.clusters.prod.security.sasl.password=hunter2",
+        ],
+        "password",
+    ),
     (["--set", "config.clusters.kafka.poll_intervall_s=5"], "poll_intervall_s"),
     (["--set", "config.clusters.kafka.poll_interval_s=0"], "poll_interval_s"),
     (["--set", "config.clusters.kafka.security.protocol=SASL"], "protocol"),
@@ -241,10 +256,16 @@ def test_full_values_render_every_optional_part() -> None:
         (container,) = pod["containers"]
         assert container["args"][:2] == ["pipeline", command] and "s3a://lake/lagwatch" in container["args"]
         assert container["image"] == "registry.example/lagwatch-spark:0.1.0"
-        assert pod["serviceAccountName"] == "lagwatch-pipeline" != deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        assert (
+            pod["serviceAccountName"]
+            == "lagwatch-pipeline"
+            != deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        )
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert by_kind(render("default"), "CronJob") == []  # off by default
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith("registry.example/lagwatch@sha256:")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
+        "registry.example/lagwatch@sha256:"
+    )
     # Egress: DNS, the brokers' CIDR and ports, Slack over HTTPS (not to private ranges), and the extra rule.
     (policy,) = by_kind(docs, "NetworkPolicy")
     egress = policy["spec"]["egress"]

@@ -186,13 +186,18 @@ def chart_schema() -> dict[str, Any]:
                     "labels": STR_MAP,
                     "runbookUrl": STR,
                     "lagSeconds": _obj(
-                        {"warning": {"type": "number", "exclusiveMinimum": 0},
-                         "critical": {"type": "number", "exclusiveMinimum": 0}, "for": DURATION},
+                        {
+                            "warning": {"type": "number", "exclusiveMinimum": 0},
+                            "critical": {"type": "number", "exclusiveMinimum": 0},
+                            "for": DURATION,
+                        },
                         required=["warning", "critical", "for"],
                     ),
                     "offsetExpirySeconds": _obj(
-                        {"warning": {"type": "number", "exclusiveMinimum": 0},
-                         "critical": {"type": "number", "exclusiveMinimum": 0}},
+                        {
+                            "warning": {"type": "number", "exclusiveMinimum": 0},
+                            "critical": {"type": "number", "exclusiveMinimum": 0},
+                        },
                         required=["warning", "critical"],
                     ),
                     "lagwatchDown": _obj({"for": DURATION}, required=["for"]),
@@ -221,9 +226,7 @@ def chart_schema() -> dict[str, Any]:
                     "ingressFrom": LIST,
                 }
             ),
-            "grafanaDashboards": _obj(
-                {"enabled": BOOL, "namespace": STR, "labels": STR_MAP, "annotations": STR_MAP}
-            ),
+            "grafanaDashboards": _obj({"enabled": BOOL, "namespace": STR, "labels": STR_MAP, "annotations": STR_MAP}),
             "pipeline": _obj(
                 {
                     "image": IMAGE,
