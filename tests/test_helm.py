@@ -107,7 +107,10 @@ def test_default_install_is_one_locked_down_pod_with_state() -> None:
     (service,) = by_kind(docs, "Service")
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     # The config's checksum rolls the pod when the config changes.
-    changed = render("default", "--set", "config.clusters.kafka.poll_interval_s=10")
+    assert config["clusters"] == {"kafka": {"bootstrap_servers": ["kafka:9092"]}}  # the placeholder of a bare install
+    (minimal_cm,) = by_kind(render("minimal"), "ConfigMap")
+    assert list(yaml.safe_load(minimal_cm["data"]["lagwatch.yaml"])["clusters"]) == ["prod"]  # replaced, not merged
+    changed = render("default", "--set", "config.log_level=DEBUG")
     (changed_deployment,) = by_kind(changed, "Deployment")
     annotation = "checksum/config"
     assert (
@@ -210,9 +213,33 @@ BAD_VALUES = [
         ],
         "password",
     ),
-    (["--set", "config.clusters.kafka.poll_intervall_s=5"], "poll_intervall_s"),
-    (["--set", "config.clusters.kafka.poll_interval_s=0"], "poll_interval_s"),
-    (["--set", "config.clusters.kafka.security.protocol=SASL"], "protocol"),
+    (
+        [
+            "--set",
+            "config.clusters.kafka.bootstrap_servers[0]=k:9092",
+            "--set",
+            "config.clusters.kafka.poll_intervall_s=5",
+        ],
+        "poll_intervall_s",
+    ),
+    (
+        [
+            "--set",
+            "config.clusters.kafka.bootstrap_servers[0]=k:9092",
+            "--set",
+            "config.clusters.kafka.poll_interval_s=0",
+        ],
+        "poll_interval_s",
+    ),
+    (
+        [
+            "--set",
+            "config.clusters.kafka.bootstrap_servers[0]=k:9092",
+            "--set",
+            "config.clusters.kafka.security.protocol=SASL",
+        ],
+        "protocol",
+    ),
     (["--set", "config.log_level=LOUD"], "log_level"),
     (["--set", "pipeline.report.enabled=true", "--set", "pipeline.report.schedule=daily"], "schedule"),
     (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),

@@ -48,9 +48,7 @@ def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     defs = schema.pop("$defs")
     for name in CHART_OWNED:
         schema["properties"].pop(name)
-    schema["properties"]["clusters"]["minProperties"] = 1
     schema["properties"]["clusters"]["propertyNames"] = {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"}
-    schema["required"] = ["clusters"]
     schema["description"] = "lagwatch's configuration (see config/lagwatch.example.yaml); the chart sets state_dir"
     return schema, defs
 

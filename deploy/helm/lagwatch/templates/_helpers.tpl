@@ -54,6 +54,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* The config lagwatch reads: the user's `config`, with the paths and port the pod owns. */}}
 {{- define "lagwatch.config" -}}
 {{- $http := merge (dict "host" "0.0.0.0" "port" (int .Values.service.port)) (omit (default dict .Values.config.http) "host" "port") -}}
-{{- $owned := dict "state_dir" "/var/lib/lagwatch" "http" $http -}}
-{{- toYaml (merge $owned (omit .Values.config "state_dir" "http")) -}}
+{{- $clusters := .Values.config.clusters | default (dict "kafka" (dict "bootstrap_servers" (list "kafka:9092"))) -}}
+{{- $owned := dict "state_dir" "/var/lib/lagwatch" "http" $http "clusters" $clusters -}}
+{{- toYaml (merge $owned (omit .Values.config "state_dir" "http" "clusters")) -}}
 {{- end -}}
