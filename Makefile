@@ -36,6 +36,20 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check lagwatch tests bench
 	$(VENV)/bin/mypy lagwatch
 
+# Helm for the chart's tests: Debian has no package, so deploy/tools/install-helm.sh builds it with Go from the
+# module proxy once (a few minutes on 2 cores) and caches it in ~/.cache/lagwatch/helm; later runs take no time.
+.PHONY: helm lint-deploy
+helm:
+	@deploy/tools/install-helm.sh >/dev/null
+test-deps: helm
+
+# The chart's schema and the dashboards are generated (a test checks them); their generators and the Dockerfile.
+lint-deploy: $(VENV)/.installed
+	$(VENV)/bin/ruff check grafana deploy
+	$(VENV)/bin/ruff format --check grafana deploy
+	$(VENV)/bin/hadolint deploy/Dockerfile
+lint: lint-deploy
+
 test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

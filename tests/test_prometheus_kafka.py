@@ -1,29 +1,84 @@
 """Real Prometheus (Debian's package) scrapes a real lagwatch watching the real broker: the lag of a known group
-comes back through Prometheus's HTTP API, and every query of the Grafana dashboard runs and returns data."""
+comes back through Prometheus's HTTP API, and every query of both Grafana dashboards (panels, annotations and
+variables) runs and returns data. Prometheus also evaluates the Helm chart's PrometheusRule on the same metrics."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from kafka import TopicPartition
 
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.devbroker import free_port
 from tests import kafka_scenario
 from tests.conftest import unique, wait_for
+from tests.helm_tool import helm_binary, template
 
 pytestmark = [
     pytest.mark.kafka,
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed (make test installs it)"),
 ]
-DASHBOARD = Path(__file__).resolve().parents[1] / "grafana" / "lagwatch.json"
+DASHBOARDS = sorted((Path(__file__).resolve().parents[1] / "grafana" / "dashboards").glob("*.json"))
+HELM = helm_binary()
+
+
+class Stack:
+    def __init__(self, base: str, stopped: str, catching_up: str, topics: list[str], metrics_url: str) -> None:
+        self.base, self.stopped, self.catching_up, self.topics = base, stopped, catching_up, topics
+        self.metrics_url = metrics_url
+
+
+def _catching_up(bootstrap: str, prefix: str, stop: threading.Event) -> tuple[str, str, threading.Thread]:
+    """An assign() group working through a backlog of 3,000 records, 40 a second, while nothing new is produced:
+    consumption beats production, so it has a catch-up ETA."""
+    topic, group = f"{prefix}-catch-t", f"{prefix}-catch-g"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    kafka_scenario.produce(bootstrap, topic, {0: 3000})
+    consumer = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
+    kafka_scenario.commit(consumer, {TopicPartition(topic, 0): 10})
+
+    def run() -> None:
+        offset = 10
+        try:
+            while not stop.wait(0.5) and offset < 2900:
+                offset += 20
+                kafka_scenario.commit(consumer, {TopicPartition(topic, 0): offset})
+        finally:
+            consumer.close()
+
+    thread = threading.Thread(target=run, name="catching-up", daemon=True)
+    thread.start()
+    return topic, group, thread
+
+
+def _chart_rules(path: Path) -> bool:
+    """The chart's PrometheusRule with thresholds low enough to fire here; False without helm."""
+    if HELM is None:
+        return False
+    (rule,) = template(
+        HELM,
+        "--show-only",
+        "templates/prometheusrule.yaml",
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.lagSeconds.warning=1",
+        "--set",
+        "prometheusRule.lagSeconds.for=0s",
+    )
+    path.write_text(yaml.safe_dump(rule["spec"], sort_keys=False))
+    return True
 
 
 def query(base: str, promql: str) -> list[dict]:
@@ -35,10 +90,12 @@ def query(base: str, promql: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prom")
     prefix = unique("prom")
-    _, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30, 1: 12}, {0: 10, 1: 12})
+    stopped_topic, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30, 1: 12}, {0: 10, 1: 12})
+    stop = threading.Event()
+    catch_topic, catch_group, catcher = _catching_up(bootstrap, prefix, stop)
     settings = load_settings(
         state_dir=tmp / "state",
         http={"host": "127.0.0.1", "port": 0},
@@ -51,9 +108,11 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     daemon = Daemon(settings, clusters={"kafka-test": cluster}, notifiers={}).start()
     assert daemon.http is not None
     port = free_port()
+    rules = f"rule_files: ['{tmp / 'rules.yml'}']\n" if _chart_rules(tmp / "rules.yml") else ""
     (tmp / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"scrape_configs:\n  - job_name: lagwatch\n    static_configs: [{{targets: ['{daemon.http.address}']}}]\n"
+        + rules
+        + f"scrape_configs:\n  - job_name: lagwatch\n    static_configs: [{{targets: ['{daemon.http.address}']}}]\n"
     )
     prom = subprocess.Popen(
         [
@@ -68,8 +127,10 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _up(base), timeout=30, what="prometheus to scrape lagwatch")
-        yield base, group
+        yield Stack(base, group, catch_group, [stopped_topic, catch_topic], f"http://{daemon.http.address}/metrics")
     finally:
+        stop.set()
+        catcher.join(10)
         prom.terminate()
         prom.wait(20)
         daemon.stop()
@@ -82,8 +143,8 @@ def _up(base: str) -> bool:
         return False
 
 
-def test_prometheus_returns_the_known_lag(stack: tuple[str, str]) -> None:
-    base, group = stack
+def test_prometheus_returns_the_known_lag(stack: Stack) -> None:
+    base, group = stack.base, stack.stopped
 
     def lag() -> list[dict]:
         return query(base, f'lagwatch_group_lag_sum{{group="{group}"}}')
@@ -99,28 +160,77 @@ def test_prometheus_returns_the_known_lag(stack: tuple[str, str]) -> None:
     assert float(alerts[0]["value"][1]) >= 1
 
 
-def test_every_dashboard_query_runs_and_the_key_ones_have_data(stack: tuple[str, str]) -> None:
-    base, group = stack
-    dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    assert len(exprs) >= 15
-    # Range functions (increase over [5m]) need at least two scrapes in their window.
+def _exprs(dashboard: dict) -> list[str]:
+    panels = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    annotations = [a["expr"] for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")]
+    return panels + annotations
+
+
+def _substitute(expr: str, stack: Stack) -> str:
+    """As Grafana does for multi-value variables on Prometheus: the selected values joined with `|`."""
+    return (
+        expr.replace("$cluster", "kafka-test")
+        .replace("$group", f"{stack.stopped}|{stack.catching_up}")
+        .replace("$topic", "|".join(stack.topics))
+    )
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=[p.stem for p in DASHBOARDS])
+def test_every_dashboard_query_runs_and_returns_data(stack: Stack, path: Path) -> None:
+    base = stack.base
+    dashboard = json.loads(path.read_text())
+    exprs = _exprs(dashboard)
+    assert len(exprs) >= 12
+    # Range functions (increase over [5m]) need at least two scrapes in their window; rates and the ETA two polls
+    # of the catching-up group.
     wait_for(
         lambda: float(query(base, 'count_over_time(up{job="lagwatch"}[5m])')[0]["value"][1]) >= 3,
         timeout=20,
         what="three scrapes",
     )
+    wait_for(
+        lambda: query(base, f'lagwatch_group_catchup_eta_seconds{{group="{stack.catching_up}"}}'),
+        timeout=30,
+        what="the catching-up group's ETA",
+    )
+    if HELM is not None:
+        wait_for(lambda: query(base, 'ALERTS{alertstate="firing"}'), timeout=30, what="the chart's rules to fire")
     empty = []
     for expr in exprs:
-        promql = expr.replace("$cluster", "kafka-test").replace("$group", group)
-        if not query(base, promql):
+        if expr.startswith("ALERTS") and HELM is None:
+            continue  # the group's Prometheus alerts come from the chart's rules, loaded only when helm is built
+        if not query(base, _substitute(expr, stack)):
             empty.append(expr)
-    # Rates need two polls of history, ETA a catching-up group, expiry a group that can expire: all present here
-    # except the ETA of a stopped group, which has none.
-    assert [e for e in empty if "catchup_eta" not in e] == []
-    for variable in dashboard["templating"]["list"][1:]:
-        q = variable["query"]["query"].replace("$cluster", "kafka-test")
+    assert empty == []
+    # No panel names a metric lagwatch does not export.
+    with urllib.request.urlopen(stack.metrics_url, timeout=10) as response:
+        exported = set(re.findall(r"^# TYPE (lagwatch_\w+) ", response.read().decode(), re.M))
+    named = {m for e in exprs for m in re.findall(r"\blagwatch_\w+", e)}
+    assert named and named <= exported, named - exported
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        q = _substitute(variable["query"]["query"], stack)
         label = q.rsplit(",", 1)[1].strip(" )")
         series = q.removeprefix("label_values(").rsplit(",", 1)[0]
-        expected = {group} if label == "group" else {"kafka-test"}
+        expected = {
+            "cluster": {"kafka-test"},
+            "group": {stack.stopped, stack.catching_up},
+            "topic": set(stack.topics),
+        }[label]
         assert {r["metric"][label] for r in query(base, series)} >= expected
+
+
+@pytest.mark.skipif(HELM is None, reason="helm not built (make test builds it)")
+def test_the_charts_prometheus_rule_fires_on_real_metrics(stack: Stack) -> None:
+    """The chart's lag alert, on the real lagwatch metrics of the stopped group (threshold lowered to 1 s)."""
+
+    def fired() -> list[dict]:
+        return query(
+            stack.base, f'ALERTS{{alertname="KafkaConsumerLagHigh", alertstate="firing", group="{stack.stopped}"}}'
+        )
+
+    (alert,) = wait_for(fired, timeout=30, what="KafkaConsumerLagHigh for the stopped group")
+    assert alert["metric"]["cluster"] == "kafka-test" and alert["metric"]["severity"] == "warning"
+    # Its own health rules stay quiet: lagwatch is up and its cluster answers.
+    assert query(stack.base, 'ALERTS{alertname=~"LagwatchClusterUnreachable|LagwatchNotificationsStuck"}') == []
