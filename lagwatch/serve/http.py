@@ -72,6 +72,9 @@ class Connections:
             return True
         victim = next((c for c in self.open if c is not newcomer and c.waiting_for_request()), newcomer)
         self.closed["evicted"] += 1
+        # Forgotten now, not when its close completes (a later turn of the loop): the accepts of one turn must
+        # not all pick the same victim.
+        self.forget(victim)
         victim.close_now()
         return victim is not newcomer
 
