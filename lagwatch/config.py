@@ -181,6 +181,12 @@ class HttpConfig(_Strict):
     write_token: SecretStr | None = None
     # Bearer token for the read endpoints of the API (/api/v1/...); without one, reads are open.
     read_token: SecretStr | None = None
+    # Open connections at most (and never more than half the open-files limit); over it, the oldest idle or
+    # slow one is closed for the newcomer.
+    max_connections: int = Field(default=1024, ge=1, le=65536)
+    # A request (line, headers, body) must arrive whole within this of the connection opening or of the previous
+    # response, else the connection is closed: idle and slowloris connections cannot pile up.
+    request_read_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
 
 class Settings(BaseSettings):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lagwatch.config import load_settings
-from lagwatch.serve.openapi import OPENAPI
+from lagwatch.serve.app import openapi_document
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
@@ -41,7 +41,7 @@ def test_deployment_probes_security_and_no_secret_in_argv() -> None:
     (deployment,) = _docs("deployment.yaml")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    paths = set(OPENAPI["paths"])
+    paths = set(openapi_document()["paths"])
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in paths
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in paths
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lagwatch.serve.openapi import OPENAPI
+from lagwatch.serve.app import openapi_document
 from tests.helm_tool import CHART, ROOT, helm_binary, template
 
 HELM = helm_binary()
@@ -87,7 +87,7 @@ def test_default_install_is_one_locked_down_pod_with_state() -> None:
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    paths = set(OPENAPI["paths"])
+    paths = set(openapi_document()["paths"])
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in paths
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in paths
     assert pod["securityContext"]["runAsNonRoot"] is True

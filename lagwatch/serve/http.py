@@ -1,278 +1,254 @@
-"""One port: /metrics (cached, rendered per poll), /healthz, /readyz and the JSON API (/api/v1/...).
+"""The HTTP server: the FastAPI app (lagwatch.serve.app) on uvicorn, on its own thread inside the daemon.
 
-Errors are JSON ({"error": "..."}) with the right 4xx code. Write endpoints need the configured bearer token;
-read endpoints of the API too when a read token is configured. /metrics, /healthz and /readyz stay open.
+What keeps a flood of connections from taking the daemon down (file descriptors are shared with the Kafka clients
+and the state files; the thread-per-connection server this replaced ran out at about 1,000 idle connections):
+- a request must be read whole (line, headers and body) within `http.request_read_timeout_s` of the connection
+  opening or of the previous response: idle connections that never send, and slowloris clients that trickle a
+  header byte at a time, are closed then. Between requests, keep-alive lasts KEEP_ALIVE_S;
+- at most `http.max_connections` are open (and never more than half the process's open-files limit): a new one
+  over the limit evicts the oldest connection that is not being served a request (an idle or a slow one), the
+  way nginx reuses its keep-alive connections, so a health probe still gets in during a flood;
+- request headers are at most HEADER_MAX_BYTES, bodies at most 64 KiB (lagwatch.serve.app).
+uvicorn's own `limit_concurrency` counts idle connections too: set below the connection limit, it would answer
+503 to /healthz during an idle flood. It is set just above it, as a backstop; the limit itself is the eviction.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import logging
-import re
+import resource
+import socket
 import threading
-import uuid
-from collections.abc import Callable
-from datetime import datetime
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import ValidationError
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from lagwatch.alerts import Silence, SilenceConfig
 from lagwatch.errors import LagwatchError
-from lagwatch.serve import views
-from lagwatch.serve.metrics import CONTENT_TYPE
-from lagwatch.serve.openapi import OPENAPI
+from lagwatch.serve.app import create_app
 
 if TYPE_CHECKING:
     from lagwatch.daemon import Daemon
 
 log = logging.getLogger("lagwatch.http")
-MAX_BODY = 64 * 1024
+KEEP_ALIVE_S = 5
+HEADER_MAX_BYTES = 16 * 1024
+SHUTDOWN_GRACE_S = 2
+START_TIMEOUT_S = 10.0
+LISTEN_BACKLOG = 1024
 
 
-class ApiError(Exception):
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+def effective_max_connections(configured: int) -> int:
+    """At most half the soft open-files limit: the other half is for Kafka sockets, state files and the logs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(1, min(configured, soft // 2))
 
 
-Route = tuple[str, re.Pattern[str], Callable[..., tuple[HTTPStatus, Any]], str]  # method, path, handler, access
+class Connections:
+    """The open connections of one server, oldest first, and why lagwatch closed some. Touched only on the event
+    loop's thread; other threads only read the counts (for /metrics)."""
+
+    def __init__(self, max_connections: int, read_timeout_s: float) -> None:
+        self.max_connections = max_connections
+        self.read_timeout_s = read_timeout_s
+        self.open: dict[GuardedH11Protocol, None] = {}  # insertion order: oldest first
+        self.closed = {"read_timeout": 0, "evicted": 0}
+
+    @property
+    def open_count(self) -> int:
+        return len(self.open)
+
+    def admit(self, newcomer: GuardedH11Protocol) -> bool:
+        """Registers the newcomer; over the limit, closes the oldest connection that is not being served, or the
+        newcomer itself when every other one is busy with a request."""
+        self.open[newcomer] = None
+        if len(self.open) <= self.max_connections:
+            return True
+        victim = next((c for c in self.open if c is not newcomer and c.waiting_for_request()), newcomer)
+        self.closed["evicted"] += 1
+        # Forgotten now, not when its close completes (a later turn of the loop): the accepts of one turn must
+        # not all pick the same victim.
+        self.forget(victim)
+        victim.close_now()
+        return victim is not newcomer
+
+    def forget(self, connection: GuardedH11Protocol) -> None:
+        self.open.pop(connection, None)
 
 
-class Api:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.routes: list[Route] = [
-            ("GET", re.compile(r"/api/v1/clusters"), self.clusters, "read"),
-            ("GET", re.compile(r"/api/v1/clusters/(?P<cluster>[^/]+)"), self.cluster, "read"),
-            ("GET", re.compile(r"/api/v1/clusters/(?P<cluster>[^/]+)/groups"), self.groups, "read"),
-            ("GET", re.compile(r"/api/v1/clusters/(?P<cluster>[^/]+)/groups/(?P<group>[^/]+)"), self.group, "read"),
-            ("GET", re.compile(r"/api/v1/alerts"), self.alerts, "read"),
-            ("GET", re.compile(r"/api/v1/silences"), self.silences, "read"),
-            ("POST", re.compile(r"/api/v1/silences"), self.create_silence, "write"),
-            ("DELETE", re.compile(r"/api/v1/silences/(?P<silence>[^/]+)"), self.delete_silence, "write"),
-            ("GET", re.compile(r"/api/v1/openapi.json"), lambda **_: (HTTPStatus.OK, OPENAPI), "open"),
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, plus: a deadline to read each request, the connection limit, and JSON for the 400
+    that answers a request h11 cannot parse (a Content-Length of -1 or garbage, a header line too long)."""
+
+    connection_guard: Connections  # set on the subclass made for each server (uvicorn owns `connections`)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_deadline: asyncio.TimerHandle | None = None
+        self._requests_started = 0
+        self._protocol_error: str | None = None
+        parse_next = self.conn.next_event
+
+        def next_event_keeping_the_reason() -> Any:
+            try:
+                return parse_next()
+            except h11.RemoteProtocolError as e:
+                self._protocol_error = str(e)
+                raise
+
+        self.conn.next_event = next_event_keeping_the_reason  # type: ignore[method-assign]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if self.connection_guard.admit(self):
+            self._arm_read_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connection_guard.forget(self)
+        self._disarm_read_deadline()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_read_deadline()  # the next request on this keep-alive connection gets its own deadline
+
+    def waiting_for_request(self) -> bool:
+        """No request of this connection is being served: it is idle, or its request is still arriving."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def close_now(self) -> None:
+        self._disarm_read_deadline()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _arm_read_deadline(self) -> None:
+        self._disarm_read_deadline()
+        armed_at = self._requests_started = self._requests_started + 1
+        self._read_deadline = self.loop.call_later(
+            self.connection_guard.read_timeout_s, self._read_deadline_passed, armed_at
+        )
+
+    def _disarm_read_deadline(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _read_deadline_passed(self, armed_at: int) -> None:
+        self._read_deadline = None
+        if armed_at != self._requests_started or self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.DONE:  # the request was read whole: the app is on it, no deadline for that
+            return
+        self.connection_guard.closed["read_timeout"] += 1
+        self.close_now()
+
+    def send_400_response(self, msg: str) -> None:
+        reason = self._protocol_error or "malformed request"
+        body = json.dumps({"error": f"invalid HTTP request: {reason}"}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
         ]
-
-    def _runtime(self, cluster: str) -> Any:
-        runtime = self.daemon.clusters.get(cluster)
-        if runtime is None:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"unknown cluster {cluster!r}")
-        return runtime
-
-    def clusters(self, **_: Any) -> tuple[HTTPStatus, Any]:
-        return HTTPStatus.OK, [views.cluster_view(rt) for rt in self.daemon.clusters.values()]
-
-    def cluster(self, cluster: str, **_: Any) -> tuple[HTTPStatus, Any]:
-        return HTTPStatus.OK, views.cluster_view(self._runtime(cluster))
-
-    def groups(self, cluster: str, **_: Any) -> tuple[HTTPStatus, Any]:
-        rt = self._runtime(cluster)
-        if rt.latest is None or not rt.latest.ok:
-            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, f"cluster {cluster!r} has no successful poll to show")
-        return HTTPStatus.OK, [views.group_summary(rt, g.group_id) for g in rt.latest.groups]
-
-    def group(self, cluster: str, group: str, **_: Any) -> tuple[HTTPStatus, Any]:
-        rt = self._runtime(cluster)
-        alerts = self._alerts(cluster=cluster, group=group)
-        detail = views.group_detail(rt, group, alerts)
-        if detail is None:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"unknown group {group!r} in cluster {cluster!r}")
-        return HTTPStatus.OK, detail
-
-    def _alerts(
-        self, cluster: str | None = None, group: str | None = None, state: str | None = None
-    ) -> list[dict[str, Any]]:
-        now = self.daemon.clock()
-        with self.daemon.book_lock:
-            return [
-                views.alert_view(a, self.daemon.book.silenced(a, now))
-                for a in sorted(self.daemon.book.alerts.values(), key=lambda a: (a.cluster, a.group or "", a.rule))
-                if (cluster is None or a.cluster == cluster) and (group is None or a.group == group)
-                and (state is None or a.state == state)
-            ]  # fmt: skip
-
-    def alerts(self, query: dict[str, str], **_: Any) -> tuple[HTTPStatus, Any]:
-        return HTTPStatus.OK, self._alerts(query.get("cluster"), query.get("group"), query.get("state"))
-
-    def silences(self, **_: Any) -> tuple[HTTPStatus, Any]:
-        now = self.daemon.clock()
-        with self.daemon.book_lock:
-            return HTTPStatus.OK, [views.silence_view(s) for s in self.daemon.book.silences if s.ends_at > now]
-
-    def create_silence(self, body: Any, **_: Any) -> tuple[HTTPStatus, Any]:
-        if not isinstance(body, dict):
-            raise ApiError(HTTPStatus.BAD_REQUEST, "body: a JSON object is required")
-        created_by = body.pop("created_by", "api")
         try:
-            config = SilenceConfig.model_validate(body)
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "body"
-            raise ApiError(
-                HTTPStatus.BAD_REQUEST, f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
-            ) from None
-        now = self.daemon.clock()
-        if config.ends_at.timestamp() <= now:
-            raise ApiError(HTTPStatus.BAD_REQUEST, "ends_at: must be in the future")
-        silence = Silence(
-            id=uuid.uuid4().hex[:12],
-            matchers=dict(config.matchers),
-            ends_at=config.ends_at.timestamp(),
-            starts_at=config.starts_at.timestamp() if config.starts_at else None,
-            comment=config.comment,
-            created_by=str(created_by)[:100] or "api",
-        )
-        with self.daemon.book_lock:
-            self.daemon.book.silences.append(silence)
-            self.daemon.save_alerts()
-        log.info(
-            "silence created", extra={"silence": silence.id, "matchers": silence.matchers, "until": silence.ends_at}
-        )
-        return HTTPStatus.CREATED, views.silence_view(silence)
-
-    def delete_silence(self, silence: str, **_: Any) -> tuple[HTTPStatus, Any]:
-        with self.daemon.book_lock:
-            found = [s for s in self.daemon.book.silences if s.id == silence]
-            if not found:
-                raise ApiError(HTTPStatus.NOT_FOUND, f"unknown silence {silence!r}")
-            if found[0].created_by == "config":
-                raise ApiError(
-                    HTTPStatus.CONFLICT, f"silence {silence!r} comes from the configuration file; remove it there"
-                )
-            self.daemon.book.silences = [s for s in self.daemon.book.silences if s.id != silence]
-            self.daemon.save_alerts()
-        return HTTPStatus.NO_CONTENT, None
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request")))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:  # h11 is past the point of answering (e.g. mid-response): just close
+            pass
+        self.close_now()
 
 
-def _handler(daemon: Daemon, api: Api) -> type[BaseHTTPRequestHandler]:
-    http = daemon.settings.http
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "lagwatch"
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http " + format % args)
-
-        def do_GET(self) -> None:
-            self._dispatch("GET")
-
-        def do_POST(self) -> None:
-            self._dispatch("POST")
-
-        def do_DELETE(self) -> None:
-            self._dispatch("DELETE")
-
-        def _dispatch(self, method: str) -> None:
-            url = urlsplit(self.path)
-            path = url.path.rstrip("/") or "/"
-            try:
-                if method == "GET" and path == "/metrics":
-                    return self._send(HTTPStatus.OK, daemon.metrics_body(), CONTENT_TYPE)
-                if method == "GET" and path == "/healthz":
-                    return self._json(HTTPStatus.OK, {"status": "ok"})
-                if method == "GET" and path == "/readyz":
-                    waiting = [rt.name for rt in daemon.clusters.values() if rt.last_success is None]
-                    status = HTTPStatus.SERVICE_UNAVAILABLE if waiting else HTTPStatus.OK
-                    return self._json(status, {"ready": not waiting, "waiting_for": waiting})
-                self._json(*self._api(method, path, url.query))
-            except ApiError as e:
-                self._json(e.status, {"error": str(e)})
-            except Exception as e:  # a bug must cost one request, never the server
-                log.error("http handler failed", extra={"path": path, "error": repr(e)})
-                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
-
-        def _api(self, method: str, path: str, query: str) -> tuple[HTTPStatus, Any]:
-            allowed = []
-            for route_method, pattern, handler, access in api.routes:
-                match = pattern.fullmatch(path)
-                if match is None:
-                    continue
-                allowed.append(route_method)
-                if route_method != method:
-                    continue
-                self._authorize(access)
-                args = {k: unquote(v) for k, v in match.groupdict().items()}
-                body = self._body() if method == "POST" else None
-                q = {k: v[-1] for k, v in parse_qs(query).items()}
-                return handler(**args, body=body, query=q)
-            if allowed:
-                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {path}")
-            raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {path}")
-
-        def _authorize(self, access: str) -> None:
-            token = http.write_token if access == "write" else http.read_token if access == "read" else None
-            if access == "write" and token is None:
-                raise ApiError(HTTPStatus.FORBIDDEN, "write endpoints are disabled: set http.write_token")
-            if token is None:
-                return
-            given = self.headers.get("Authorization", "")
-            if not given.startswith("Bearer "):
-                raise ApiError(HTTPStatus.UNAUTHORIZED, "missing bearer token")
-            if not hmac.compare_digest(given.removeprefix("Bearer ").encode(), token.get_secret_value().encode()):
-                raise ApiError(HTTPStatus.UNAUTHORIZED, "invalid bearer token")
-
-        def _body(self) -> Any:
-            try:
-                length = int(self.headers.get("Content-Length", "0"))
-            except ValueError:
-                raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
-            if length > MAX_BODY:
-                raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
-            try:
-                return json.loads(self.rfile.read(length) or b"null")
-            except ValueError as e:
-                raise ApiError(HTTPStatus.BAD_REQUEST, f"body: invalid JSON ({e})") from None
-
-        def _json(self, status: HTTPStatus, payload: Any) -> None:
-            if status == HTTPStatus.NO_CONTENT:
-                return self._send(status, b"", None)
-            self._send(status, json.dumps(payload, default=_json_default).encode(), "application/json")
-
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str | None) -> None:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-    return Handler
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
+def _listen(host: str, port: int) -> socket.socket:
+    """Bound here rather than by uvicorn: a port in use is a clean error at start, and port 0 tells its number."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise LagwatchError(f"http: cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise LagwatchError(f"http: cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
 
 
 class HttpServer:
     def __init__(self, daemon: Daemon) -> None:
         cfg = daemon.settings.http
-        self.daemon_host = cfg.host
+        self.host = cfg.host
+        max_connections = effective_max_connections(cfg.max_connections)
+        if max_connections < cfg.max_connections:
+            log.warning(
+                "http.max_connections lowered to half the open-files limit",
+                extra={"configured": cfg.max_connections, "used": max_connections},
+            )
+        self.connections = Connections(max_connections, cfg.request_read_timeout_s)
+        self.socket = _listen(cfg.host, cfg.port)
+        self.port: int = self.socket.getsockname()[1]
+        app = create_app()
+        app.state.daemon = daemon
+        app.state.connections = self.connections
+        protocol = type("GuardedH11ProtocolOfServer", (GuardedH11Protocol,), {"connection_guard": self.connections})
+        config = uvicorn.Config(
+            app,
+            http=protocol,
+            lifespan="off",
+            log_config=None,  # lagwatch's logging (JSON or text, secrets redacted) handles uvicorn's records
+            # Per-request warnings (a malformed request) would let any client flood the log: errors only.
+            log_level=logging.ERROR,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            limit_concurrency=max_connections + 1,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            h11_max_incomplete_event_size=HEADER_MAX_BYTES,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._serve, name="lagwatch-http", daemon=True)
+        self._failure: BaseException | None = None
+
+    def _serve(self) -> None:
         try:
-            self.server = ThreadingHTTPServer((cfg.host, cfg.port), _handler(daemon, Api(daemon)))
-        except OSError as e:
-            raise LagwatchError(f"http: cannot listen on {cfg.host}:{cfg.port}: {e.strerror}") from None
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="lagwatch-http", daemon=True)
+            # Not the main thread: uvicorn installs no signal handlers; the daemon's own handle SIGTERM.
+            self.server.run(sockets=[self.socket])
+        except BaseException as e:  # reported by start() and the log, never lost with the thread
+            self._failure = e
+            log.error("http server stopped with an error", extra={"error": repr(e)})
 
     @property
     def address(self) -> str:
-        return f"{self.daemon_host}:{self.server.server_port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def start(self) -> HttpServer:
         self.thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise LagwatchError(f"http: the server did not start: {self._failure!r}")
+            time.sleep(0.01)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.should_exit = True
+        if self.thread.ident is not None:  # started
+            self.thread.join(SHUTDOWN_GRACE_S + 3)
+            if self.thread.is_alive():
+                self.server.force_exit = True
+                self.thread.join(2)
+        self.socket.close()

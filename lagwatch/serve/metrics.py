@@ -7,12 +7,13 @@ Inf: a figure lagwatch does not know is left out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.utils import floatToGoString
 
 from lagwatch.alerts import Alert
 from lagwatch.history import GroupMeasure
+from lagwatch.notify.dispatcher import WorkerHealth
 from lagwatch.runtime import ClusterRuntime
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -222,4 +223,60 @@ def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_s
     f.set(
         f.counter("notification_failures", "Failed delivery attempts (retried)", []), [], notify_stats.get("failed", 0)
     )
+    return f.text()
+
+
+_NOTIFIER_COUNTERS: tuple[tuple[str, str, Callable[[WorkerHealth], int]], ...] = (
+    ("notifier_delivered", "Notifications delivered by the notifier", lambda h: h.delivered),
+    ("notifier_retried", "Failed delivery attempts that will be tried again", lambda h: h.retried),
+    (
+        "notifier_failed_permanent",
+        "Deliveries given up: the receiver refused them for good",
+        lambda h: h.failed_permanent,
+    ),
+    ("notifier_dropped_expired", "Deliveries given up: older than notifiers.max_age_s", lambda h: h.dropped_expired),
+    (
+        "notifier_persist_failures",
+        "Failed saves of the alert state by the notifier's worker",
+        lambda h: h.persist_failures,
+    ),
+)
+
+
+def render_self_monitoring(
+    workers: Mapping[str, WorkerHealth],
+    scheduler_up: bool,
+    internal_errors: Mapping[str, int],
+    http_connections: int | None,
+    http_closed: Mapping[str, int],
+) -> bytes:
+    """lagwatch's own health, rendered per scrape (a few lines per notifier: it costs nothing), so that a notifier
+    worker that died shows at once, not at the next poll. Appended to the per-poll body; no family is in both."""
+    f = _Families()
+    f.set(
+        f.gauge("scheduler_up", "1 if the scheduler that runs the polls is running", []), [], 1 if scheduler_up else 0
+    )
+    up = f.gauge("notifier_up", "1 if the notifier's worker thread is alive", ["notifier"])
+    queued = f.gauge("notifier_queued", "Deliveries waiting for the notifier", ["notifier"])
+    for name, health in sorted(workers.items()):
+        f.set(up, [name], 1 if health.alive else 0)
+        f.set(queued, [name], health.queued)
+    for family, doc, value in _NOTIFIER_COUNTERS:
+        counter = f.counter(family, doc, ["notifier"])
+        for name, health in sorted(workers.items()):
+            f.set(counter, [name], value(health))
+    errors = f.counter(
+        "internal_errors", "Unexpected exceptions (bugs) caught and survived, by component", ["component"]
+    )
+    for component, n in sorted(internal_errors.items()):
+        f.set(errors, [component], n)
+    if http_connections is not None:
+        f.set(f.gauge("http_connections", "Open HTTP connections", []), [], http_connections)
+    closed = f.counter(
+        "http_connections_closed",
+        "HTTP connections closed by lagwatch: read_timeout (request not read in time), evicted (over the limit)",
+        ["reason"],
+    )
+    for reason, n in sorted(http_closed.items()):
+        f.set(closed, [reason], n)
     return f.text()

@@ -1,0 +1,91 @@
+"""Self-monitoring: is the daemon alive (/healthz), and is it ready to be relied on (/readyz)?
+
+Alive: the scheduler that runs the polls is running, and every notifier's worker thread is alive. A dead one means
+alerts are decided but never sent: restarting the process is the fix, so the liveness probe must fail.
+Ready: every cluster had a successful poll, and no notifier worker keeps failing to save the state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lagwatch.notify.dispatcher import PERSIST_RETRY_S, WorkerHealth
+from lagwatch.runtime import ClusterRuntime
+
+# A worker that owes a save tries again every PERSIST_RETRY_S: no new failure for this long ends the streak.
+PERSIST_STREAK_QUIET_S = 3 * PERSIST_RETRY_S
+# One failed save is a blip (the next one usually works); from the second in a row on, the state on disk is
+# falling behind and a restart would lose what is only in memory.
+PERSIST_STREAK_FAILING = 2
+
+
+def scheduler_running(scheduler: Any) -> bool:
+    """APScheduler's `running` only tells its state; its thread can still have died (a BaseException in it)."""
+    thread = getattr(scheduler, "_thread", None)
+    return bool(scheduler.running) and (thread is None or thread.is_alive())
+
+
+def dead_workers(workers: Mapping[str, WorkerHealth]) -> list[str]:
+    return sorted(name for name, h in workers.items() if not h.alive)
+
+
+@dataclass
+class _Streak:
+    seen: int  # persist_failures when last looked at
+    last_increase_at: float
+    failures: int  # failures in the current streak
+
+
+class PersistStreaks:
+    """Which notifier workers keep failing to save the state.
+
+    `WorkerHealth.persist_failures` counts failures since start, not the current streak: this watches the count
+    between looks. The first look at a worker only takes its count as the baseline (old failures are not news).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._streaks: dict[str, _Streak] = {}
+
+    def failing(self, workers: Mapping[str, WorkerHealth]) -> list[str]:
+        now = self._clock()
+        failing = []
+        with self._lock:
+            for name, health in sorted(workers.items()):
+                streak = self._streaks.get(name)
+                if streak is None:
+                    self._streaks[name] = _Streak(health.persist_failures, float("-inf"), 0)
+                    continue
+                new_failures = health.persist_failures - streak.seen
+                streak.seen = health.persist_failures
+                if new_failures > 0:
+                    if now - streak.last_increase_at > PERSIST_STREAK_QUIET_S:
+                        streak.failures = 0
+                    streak.failures += new_failures
+                    streak.last_increase_at = now
+                if (
+                    now - streak.last_increase_at <= PERSIST_STREAK_QUIET_S
+                    and streak.failures >= PERSIST_STREAK_FAILING
+                ):
+                    failing.append(name)
+        return failing
+
+
+def liveness_problems(scheduler_is_running: bool, workers: Mapping[str, WorkerHealth]) -> list[str]:
+    problems = [] if scheduler_is_running else ["the poll scheduler is not running"]
+    problems += [f"notifier {name!r}: its worker thread is dead" for name in dead_workers(workers)]
+    return problems
+
+
+def readiness(
+    clusters: Iterable[ClusterRuntime], workers: Mapping[str, WorkerHealth], streaks: PersistStreaks
+) -> tuple[list[str], list[str]]:
+    """(clusters still waiting for a successful poll, other problems)."""
+    waiting = [rt.name for rt in clusters if rt.last_success is None]
+    problems = [f"notifier {name!r}: saving the state keeps failing" for name in streaks.failing(workers)]
+    return waiting, problems

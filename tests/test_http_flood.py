@@ -1,0 +1,169 @@
+"""The real server on a real socket: idle connections, slowloris clients and malformed requests cannot exhaust
+the daemon. /healthz keeps answering within a second and polls go on while 1,000 idle connections are open."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import statistics
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lagwatch.daemon import Daemon
+from tests.conftest import wait_for
+from tests.serve_fakes import CLUSTER, make_daemon
+
+IDLE = 1000
+SLOWLORIS = 5
+READ_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(autouse=True)
+def enough_file_descriptors() -> None:
+    # The clients live in this process too: 1,000 sockets of theirs beside the server's.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 4 * IDLE
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"open-files limit {hard} < {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def start(tmp_path: Path, **http: object) -> Daemon:
+    daemon = make_daemon(tmp_path, http={"request_read_timeout_s": READ_TIMEOUT_S, **http}).start()
+    assert daemon.http is not None
+    return daemon
+
+
+def connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def closed_by_server(sock: socket.socket, wait_s: float) -> bool:
+    sock.settimeout(wait_s)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def healthz_latency(address: str) -> float:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(f"http://{address}/healthz", timeout=5) as response:
+        assert response.status == 200 and json.load(response) == {"status": "ok"}
+    return time.perf_counter() - t0
+
+
+@pytest.fixture
+def flooded(tmp_path: Path) -> Iterator[tuple[Daemon, list[socket.socket], list[socket.socket]]]:
+    daemon = start(tmp_path, max_connections=IDLE + 100)
+    assert daemon.http is not None
+    idle: list[socket.socket] = []
+    slow: list[socket.socket] = []
+    try:
+        for _ in range(IDLE):
+            idle.append(connect(daemon.http.address))
+        for _ in range(SLOWLORIS):
+            s = connect(daemon.http.address)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+        yield daemon, idle, slow
+    finally:
+        for s in idle + slow:
+            s.close()
+        daemon.stop()
+
+
+def test_idle_and_slowloris_connections_neither_block_health_nor_polls_and_are_closed(
+    flooded: tuple[Daemon, list[socket.socket], list[socket.socket]],
+) -> None:
+    daemon, idle, slow = flooded
+    assert daemon.http is not None
+    address, connections = daemon.http.address, daemon.http.connections
+    wait_for(lambda: connections.open_count >= IDLE + SLOWLORIS, timeout=10, what="the server to hold every one")
+    held = connections.open_count
+    polls_before = daemon.clusters[CLUSTER].polls
+    latencies = []
+    started = time.monotonic()
+    while time.monotonic() - started < READ_TIMEOUT_S * 0.6:  # all of it while the flood is held
+        for s in slow:
+            s.sendall(b"X-a: b\r\n")  # a header line now and then: never a whole request
+        latencies.append(healthz_latency(address))
+        time.sleep(0.05)
+    assert max(latencies) < 1.0, latencies
+    wait_for(lambda: daemon.clusters[CLUSTER].polls >= polls_before + 2, timeout=5, what="polls during the flood")
+
+    # Within the read timeout (plus slack) the server closes every one of them.
+    assert all(closed_by_server(s, READ_TIMEOUT_S + 2) for s in slow)
+    assert all(closed_by_server(s, 2) for s in idle)
+    wait_for(lambda: connections.open_count == 0, timeout=5, what="no connection left open")
+    assert connections.closed["read_timeout"] >= IDLE + SLOWLORIS
+    print(
+        f"held {held} idle+slowloris connections; /healthz median {statistics.median(latencies) * 1000:.1f} ms,"
+        f" max {max(latencies) * 1000:.1f} ms over {len(latencies)} requests"
+    )
+
+
+def test_over_the_connection_limit_the_oldest_idle_ones_make_room(tmp_path: Path) -> None:
+    limit = 50
+    daemon = start(tmp_path, max_connections=limit)
+    assert daemon.http is not None
+    clients = []
+    try:
+        for i in range(300):
+            clients.append(connect(daemon.http.address))
+            if i % 50 == 49:
+                time.sleep(0.05)
+                assert daemon.http.connections.open_count <= limit
+        assert healthz_latency(daemon.http.address) < 1.0  # a newcomer gets in during the flood
+        assert daemon.http.connections.closed["evicted"] >= 300 - limit
+        assert sum(closed_by_server(s, 0.5) for s in clients[:100]) == 100  # the oldest were closed
+    finally:
+        for s in clients:
+            s.close()
+        daemon.stop()
+
+
+def raw(address: str, request: bytes) -> tuple[int, dict[str, object], float]:
+    with connect(address) as s:
+        t0 = time.perf_counter()
+        s.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        elapsed = time.perf_counter() - t0
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body), elapsed
+
+
+def test_bad_content_length_is_a_json_400_and_a_huge_announced_body_is_413_unread(tmp_path: Path) -> None:
+    daemon = start(tmp_path, write_token="w")
+    assert daemon.http is not None
+    address = daemon.http.address
+    try:
+        for value in (b"-1", b"abc", b"1e3"):
+            status, body, _ = raw(
+                address, b"POST /api/v1/silences HTTP/1.1\r\nHost: x\r\nContent-Length: " + value + b"\r\n\r\n{}"
+            )
+            assert status == 400 and "Content-Length" in str(body["error"]), (value, body)
+        # 100 MB announced, none sent: the answer comes at once, without waiting for (or reading) the body.
+        status, body, elapsed = raw(
+            address,
+            b"POST /api/v1/silences HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer w\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n",
+        )
+        assert status == 413 and body == {"error": "body: over 65536 bytes"} and elapsed < 1.0
+        assert healthz_latency(address) < 1.0
+    finally:
+        daemon.stop()

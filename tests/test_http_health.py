@@ -1,0 +1,165 @@
+"""Self-monitoring: /healthz and /readyz turn 503 (saying why) when a notifier worker dies, the scheduler stops,
+or saving the state keeps failing; the notifier series of /metrics follow."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from lagwatch.alerts import Notification
+from lagwatch.daemon import Daemon
+from lagwatch.notify.dispatcher import WorkerHealth
+from lagwatch.serve.app import create_app
+from lagwatch.serve.health import PERSIST_STREAK_QUIET_S, PersistStreaks
+from tests.conftest import wait_for
+from tests.live import Recorder
+from tests.serve_fakes import CLUSTER, make_daemon, notification
+
+
+class WorkerKiller(BaseException):
+    """Not an Exception: the dispatcher's worker does not catch it, so its thread dies (a bug of that kind)."""
+
+
+class Fatal:
+    name = "fatal"
+
+    def send(self, n: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        raise WorkerKiller("boom")
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[Daemon, TestClient]]:
+    daemon = make_daemon(tmp_path, http={"enabled": False}, notifiers={"record": Recorder(), "fatal": Fatal()})
+    daemon.start()
+    app = create_app()
+    app.state.daemon = daemon
+    client = TestClient(app)
+    wait_for(lambda: daemon.clusters[CLUSTER].last_success is not None, timeout=10, what="the first poll")
+    yield daemon, client
+    daemon.stop()
+
+
+def test_healthy_and_ready_then_503_naming_the_dead_worker(
+    running: tuple[Daemon, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, client = running
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"ready": True, "waiting_for": []}
+    up = samples(client.get("/metrics").text)
+    assert up[("lagwatch_notifier_up", (("notifier", "fatal"),))] == 1
+    assert up[("lagwatch_scheduler_up", ())] == 1
+
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the dying thread's traceback is expected
+    daemon.outbox.add([notification()], ["fatal"])
+    wait_for(lambda: not daemon.dispatcher.health()["fatal"].alive, timeout=10, what="the worker to die")
+    dead = client.get("/healthz")
+    assert dead.status_code == 503
+    assert dead.json() == {"status": "failing", "problems": ["notifier 'fatal': its worker thread is dead"]}
+    not_ready = client.get("/readyz")
+    assert not_ready.status_code == 503 and not_ready.json()["problems"] == [
+        "notifier 'fatal': its worker thread is dead"
+    ]
+    after = samples(client.get("/metrics").text)
+    assert after[("lagwatch_notifier_up", (("notifier", "fatal"),))] == 0
+    assert after[("lagwatch_notifier_up", (("notifier", "record"),))] == 1
+    assert after[("lagwatch_notifier_queued", (("notifier", "fatal"),))] == 1  # never delivered
+
+
+def test_healthz_503_when_the_scheduler_is_not_running(running: tuple[Daemon, TestClient]) -> None:
+    daemon, client = running
+    daemon.scheduler.shutdown(wait=True)
+    response = client.get("/healthz")
+    assert response.status_code == 503 and response.json()["problems"] == ["the poll scheduler is not running"]
+    assert samples(client.get("/metrics").text)[("lagwatch_scheduler_up", ())] == 0
+
+
+def test_readyz_503_while_saving_the_state_keeps_failing(
+    running: tuple[Daemon, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, client = running
+    now = [1000.0]
+    client.app.state.persist_streaks = PersistStreaks(clock=lambda: now[0])  # type: ignore[attr-defined]
+    assert client.get("/readyz").status_code == 200  # first look: the baseline
+    recorder = daemon.notifiers["record"]
+    assert isinstance(recorder, Recorder)
+
+    def disk_full(*_: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(daemon.store, "write_alerts", disk_full)
+    daemon.outbox.add([notification(1), notification(2)], ["record"])
+    wait_for(lambda: daemon.dispatcher.health()["record"].persist_failures >= 2, timeout=10, what="failed saves")
+    assert len(recorder.sent) == 2  # delivered from memory all the same
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["problems"] == ["notifier 'record': saving the state keeps failing"]
+    assert client.get("/healthz").status_code == 200  # alive: a restart would not fix a full disk
+    metrics = samples(client.get("/metrics").text)
+    assert metrics[("lagwatch_notifier_persist_failures_total", (("notifier", "record"),))] >= 2
+    assert metrics[("lagwatch_notifier_delivered_total", (("notifier", "record"),))] == 2
+
+    monkeypatch.undo()
+    wait_for(  # the worker saves again within PERSIST_RETRY_S; then no new failure for the quiet time
+        lambda: not daemon.dispatcher._workers["record"]._persist_owed, timeout=15, what="a good save"
+    )
+    now[0] += PERSIST_STREAK_QUIET_S + 1
+    assert client.get("/readyz").json() == {"ready": True, "waiting_for": []}
+
+
+def test_readyz_503_until_a_cluster_had_a_successful_poll(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, http={"enabled": False}, fail=True).start()
+    try:
+        app = create_app()
+        app.state.daemon = daemon
+        response = TestClient(app).get("/readyz")
+        assert response.status_code == 503 and response.json() == {"ready": False, "waiting_for": [CLUSTER]}
+    finally:
+        daemon.stop()
+
+
+def _health(persist_failures: int) -> dict[str, WorkerHealth]:
+    return {
+        "slack": WorkerHealth(
+            notifier="slack",
+            alive=True,
+            queued=0,
+            delivered=0,
+            retried=0,
+            failed_permanent=0,
+            dropped_expired=0,
+            persist_failures=persist_failures,
+            unexpected_errors=0,
+            last_error=None,
+            last_error_at=None,
+        )
+    }
+
+
+def test_persist_streaks_a_blip_is_not_a_streak_old_failures_are_not_news() -> None:
+    now = [0.0]
+    streaks = PersistStreaks(clock=lambda: now[0])
+    assert streaks.failing(_health(7)) == []  # baseline: 7 failures from long ago
+    now[0] += 10
+    assert streaks.failing(_health(8)) == []  # one failure: a blip
+    now[0] += 5
+    assert streaks.failing(_health(9)) == ["slack"]  # a second within the quiet time: a streak
+    now[0] += 5
+    assert streaks.failing(_health(9)) == ["slack"]  # no save since, but the streak may still go on
+    now[0] += PERSIST_STREAK_QUIET_S
+    assert streaks.failing(_health(9)) == []  # quiet long enough: saves work again
+    now[0] += 60
+    assert streaks.failing(_health(21)) == ["slack"]  # looked at rarely: many failures since
