@@ -219,6 +219,8 @@ class Daemon:
             "queued": self.outbox.pending(),
             "delivered": self.dispatcher.delivered,
             "failed": self.dispatcher.failed_attempts,
+            "state_save_failures": self.state_failures,
+            "collapsed": self.outbox.collapsed,
         }
         with self._metrics_lock:
             self._metrics = metrics.render(self.clusters.values(), alerts, stats)

@@ -84,7 +84,8 @@ def test_alerts_and_silences_lifecycle(served: tuple[Daemon, str, str]) -> None:
     assert status == 201 and created["matchers"] == {"group": group} and created["comment"] == "deploy"
     assert [s["id"] for s in call(base, "GET", "/api/v1/silences")[1]] == [created["id"]]
     assert call(base, "GET", f"/api/v1/alerts?group={group}")[1][0]["silenced_by"] == created["id"]
-    assert (Path(daemon.settings.state_dir) / "alerts.json").read_text().count(created["id"]) == 1  # persisted
+    rows = daemon.store.db.db.execute("SELECT body FROM silences WHERE id = ?", (created["id"],)).fetchall()
+    assert len(rows) == 1  # persisted
     assert call(base, "DELETE", f"/api/v1/silences/{created['id']}", token=WRITE_TOKEN) == (204, None)
     assert call(base, "DELETE", f"/api/v1/silences/{created['id']}", token=WRITE_TOKEN)[0] == 404
     assert call(base, "GET", "/api/v1/silences")[1] == []

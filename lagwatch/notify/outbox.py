@@ -49,7 +49,7 @@ class Outbox:
     # Where each notifier's message for an alert group lives (e.g. a Slack channel and ts), to update it in place.
     refs: dict[str, dict[str, Any]] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
-    collapsed: int = 0  # stale repeats and updates dropped because a newer notification of the group was queued
+    collapsed: int = 0  # stale repeats dropped because a newer notification of the group was queued
 
     @staticmethod
     def ref_key(notifier: str, group_key: str) -> str:
@@ -65,9 +65,8 @@ class Outbox:
 
     def due(self, now: float, notifier: str | None = None) -> list[Delivery]:
         """Deliveries to attempt now (of one notifier, or all): per notifier and group only the oldest, so that
-        order is kept. A repeat, or an update that resolves nothing, with a newer notification of the same group
-        queued behind it is stale (a receiver that was down would get a burst of old news): it is dropped, and the
-        newer one says it all."""
+        order is kept. A repeat with a newer notification of the same group queued behind it is stale (a receiver
+        that was down would get a burst of old "still firing"): it is dropped, and the newer one says it all."""
         with self.changed:
             queued: dict[tuple[str, str], int] = {}
             for d in self.deliveries:
@@ -137,8 +136,6 @@ class Outbox:
 
 
 def _superseded(n: Notification) -> bool:
-    """Whether a newer notification of the same group makes this one pointless: a repeat, or an update that
-    announces no resolution (the newer one carries the group's whole current state)."""
-    if n.kind == "repeat":
-        return True
-    return n.kind == "update" and not any(a.get("state") == "resolved" for a in n.alerts)
+    """A repeat says only "still firing": a newer notification of the same group says more. (Updates are kept:
+    every change reaches every receiver, in order.)"""
+    return n.kind == "repeat"

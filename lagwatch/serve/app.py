@@ -255,7 +255,9 @@ def _probes(app: FastAPI) -> None:
     )
     def readyz(request: Request, daemon: DaemonDep) -> Any:
         workers = daemon.dispatcher.health()
-        waiting, problems = health.readiness(daemon.clusters.values(), workers, request.app.state.persist_streaks)
+        waiting, problems = health.readiness(
+            daemon.clusters.values(), workers, request.app.state.persist_streaks, getattr(daemon, "state_owed", False)
+        )
         problems = _liveness_problems(daemon) + problems
         body: dict[str, Any] = {"ready": not waiting and not problems, "waiting_for": waiting}
         if problems:

@@ -83,9 +83,15 @@ def liveness_problems(scheduler_is_running: bool, workers: Mapping[str, WorkerHe
 
 
 def readiness(
-    clusters: Iterable[ClusterRuntime], workers: Mapping[str, WorkerHealth], streaks: PersistStreaks
+    clusters: Iterable[ClusterRuntime],
+    workers: Mapping[str, WorkerHealth],
+    streaks: PersistStreaks,
+    state_owed: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """(clusters still waiting for a successful poll, other problems)."""
+    """(clusters still waiting for a successful poll, other problems). `state_owed`: the last save of the alert
+    state failed, so what is decided lives only in memory until the disk takes it again."""
     waiting = [rt.name for rt in clusters if rt.last_success is None]
     problems = [f"notifier {name!r}: saving the state keeps failing" for name in streaks.failing(workers)]
+    if state_owed:
+        problems.append("saving the alert state failed (disk full or read-only?); alerting goes on from memory")
     return waiting, problems

@@ -223,6 +223,16 @@ def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_s
     f.set(
         f.counter("notification_failures", "Failed delivery attempts (retried)", []), [], notify_stats.get("failed", 0)
     )
+    f.set(
+        f.counter("state_save_failures", "Saves of the alert state or history the disk refused", []),
+        [],
+        notify_stats.get("state_save_failures", 0),
+    )
+    f.set(
+        f.counter("notifications_collapsed", "Stale repeats dropped for a newer notification of the group", []),
+        [],
+        notify_stats.get("collapsed", 0),
+    )
     return f.text()
 
 
