@@ -262,6 +262,16 @@ def overview() -> db.Dashboard:
             w=16,
         )
     )
+    d = d.with_panel(tbl("Notifier workers (1 = alive)", "short", q("lagwatch_notifier_up", instant=True), w=8))
+    d = d.with_panel(
+        ts(
+            "Given up per notifier (per 5m): refused for good, or too old",
+            "short",
+            q("increase(lagwatch_notifier_failed_permanent_total[5m])", "{{notifier}} refused"),
+            q("increase(lagwatch_notifier_dropped_expired_total[5m])", "{{notifier}} dropped (max age)", "B"),
+            w=16,
+        )
+    )
     return d
 
 

@@ -24,6 +24,7 @@ from lagwatch.devbroker import free_port
 from tests import kafka_scenario
 from tests.conftest import unique, wait_for
 from tests.helm_tool import helm_binary, template
+from tests.live import Recorder
 
 pytestmark = [
     pytest.mark.kafka,
@@ -105,7 +106,8 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     cluster = ClusterConfig(
         bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=[f"{prefix}-.*"])
     )
-    daemon = Daemon(settings, clusters={"kafka-test": cluster}, notifiers={}).start()
+    # A notifier, so that the notifier-health panels have series to show.
+    daemon = Daemon(settings, clusters={"kafka-test": cluster}, notifiers={"record": Recorder()}).start()
     assert daemon.http is not None
     port = free_port()
     rules = f"rule_files: ['{tmp / 'rules.yml'}']\n" if _chart_rules(tmp / "rules.yml") else ""

@@ -15,11 +15,12 @@ is sure the offsets expire soon, and never pages for a clock it does not know. E
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lagwatch.history import Clock, ClusterHistory
-from lagwatch.model import ClusterSnapshot, Finding, GroupKind, TopicPartition
+from lagwatch.model import BrokerSettings, ClusterSnapshot, Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.settings import RuleResolver
 from lagwatch.rules.text import duration, partitions, timestamp
@@ -36,7 +37,14 @@ class Retention:
 
 
 def retention_for(snapshot: ClusterSnapshot, coordinator: int | None, override_minutes: int | None) -> Retention:
-    brokers = [b for b in snapshot.brokers if b.offsets_retention_minutes]
+    return _retention(snapshot.brokers, coordinator, override_minutes)
+
+
+@functools.lru_cache(maxsize=1024)  # the same few answers for every group of a poll
+def _retention(
+    all_brokers: tuple[BrokerSettings, ...], coordinator: int | None, override_minutes: int | None
+) -> Retention:
+    brokers = [b for b in all_brokers if b.offsets_retention_minutes]
     check_ms = next(
         (b.offsets_retention_check_interval_ms for b in brokers if b.broker_id == coordinator), None
     ) or min(
