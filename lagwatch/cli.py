@@ -1,4 +1,4 @@
-"""Command line: run, check, validate, dev-broker. Errors become one line on stderr and a non-zero exit."""
+"""Command line: run, check, validate, dev-broker, pipeline (the Spark jobs). Errors become one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a broker setting")
     broker.add_argument("--fetch-only", action="store_true", help="download the jars, then exit")
     broker.set_defaults(func=_cmd_dev_broker)
+
+    from lagwatch.pipeline.jobs import add_pipeline_parser
+
+    add_pipeline_parser(sub)
     return parser
 
 
