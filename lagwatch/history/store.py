@@ -184,7 +184,10 @@ class ClusterHistory:
         self.blind = False
         for tp, offsets in snapshot.partitions.items():
             if offsets.log_end is not None:
-                self.timelines.setdefault(tp, LogEndTimeline()).add(now, offsets.log_end)
+                timeline = self.timelines.get(tp)
+                if timeline is None:
+                    timeline = self.timelines[tp] = LogEndTimeline()
+                timeline.add(now, offsets.log_end)
         seen = set()
         for group in snapshot.groups:
             seen.add(group.group_id)
@@ -271,7 +274,9 @@ class ClusterHistory:
             committed = group.committed.get(tp)
             offset = committed.offset if committed else None
             log_end = snapshot.partitions[tp].log_end if tp in snapshot.partitions else None
-            progress = track.partitions.setdefault(tp, PartitionProgress())
+            progress = track.partitions.get(tp)
+            if progress is None:  # not setdefault: that would build a PartitionProgress on every poll
+                progress = track.partitions[tp] = PartitionProgress()
             previous = progress.last
             if offset is not None:
                 if previous is None or previous.committed is None:
