@@ -124,17 +124,19 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
     daemon's evaluation computed them; partitions without figures get lag and state from the offsets alone."""
     from lagwatch.lag.offsets import partition_lag  # pure core
 
-    out = empty(SNAPSHOT_COLUMNS)
+    names = list(SNAPSHOT_COLUMNS)
     t = snapshot.taken_at
-    rows = 0
+    rows: list[tuple[Any, ...]] = []
 
     def row(kind: str, **values: Any) -> None:
-        nonlocal rows
-        for name, column in out.items():
-            column.append(values.get(name))
-        out["schema_version"][-1] = SCHEMA_VERSION
-        out["taken_at"][-1], out["poll_time"][-1], out["ordinal"][-1], out["row_kind"][-1] = t, t, rows, kind
-        rows += 1
+        fixed = {
+            "schema_version": SCHEMA_VERSION,
+            "taken_at": t,
+            "poll_time": t,
+            "ordinal": len(rows),
+            "row_kind": kind,
+        }
+        rows.append(tuple(fixed[n] if n in fixed else values.get(n) for n in names))
 
     row(
         "poll",
@@ -155,15 +157,13 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
     )
     covered: set[TopicPartition] = set()
     for g in snapshot.groups:
-        group_values = {
-            "group": g.group_id,
-            "group_kind": g.kind.value,
-            "group_state": g.state,
-            "members": len(g.members),
-        }
+        kind = g.kind.value
         row(
             "group",
-            **group_values,
+            group=g.group_id,
+            group_kind=kind,
+            group_state=g.state,
+            members=len(g.members),
             protocol_type=g.protocol_type,
             coordinator_id=g.coordinator_id,
             members_json=_dumps(
@@ -191,26 +191,21 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
                 lag, state = partition_lag(c.offset if c else None, offsets)
                 fig = (lag, state.value, None, False, False)
             member = member_of.get(tp)
-            row(
-                "partition",
-                **group_values,
-                topic=tp.topic,
-                partition=tp.partition,
-                committed=c.offset if c else None,
-                leader_epoch=c.leader_epoch if c else None,
-                commit_metadata=c.metadata if c else None,
-                offsets_known=offsets is not None,
-                log_start=offsets.log_start if offsets else None,
-                log_end=offsets.log_end if offsets else None,
-                last_stable=offsets.last_stable if offsets else None,
-                partition_error=offsets.error if offsets else None,
-                lag=fig[0],
-                lag_state=fig[1],
-                lag_seconds=fig[2],
-                lag_seconds_estimated=fig[3],
-                lag_seconds_exact=fig[4],
-                member_id=member.member_id if member else None,
-            )
+            # Most rows are these: one tuple in column order (the generic `row` costs 3x more at 100k a poll).
+            rows.append(
+                (
+                    SCHEMA_VERSION, t, t, len(rows), "partition",
+                    g.group_id, kind, g.state, None, None, len(g.members), None, None,
+                    tp.topic, tp.partition,
+                    c.offset if c else None, c.leader_epoch if c else None, c.metadata if c else None,
+                    offsets is not None,
+                    offsets.log_start if offsets else None, offsets.log_end if offsets else None,
+                    offsets.last_stable if offsets else None, offsets.error if offsets else None,
+                    fig[0], fig[1], fig[2], fig[3], fig[4],
+                    member.member_id if member else None,
+                    None, None, None, None, None, None, None,
+                )
+            )  # fmt: skip
     for tp, offsets in snapshot.partitions.items():
         if tp not in covered:
             row(
@@ -223,7 +218,7 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
                 last_stable=offsets.last_stable,
                 partition_error=offsets.error,
             )
-    return out
+    return {name: list(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
 
 
 def _int(value: Any) -> int | None:
