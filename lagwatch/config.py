@@ -33,6 +33,7 @@ from pydantic_settings import (
 
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
+from lagwatch.lake.settings import LakeConfig
 from lagwatch.matchers import any_full_match, check_pattern
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
@@ -209,6 +210,8 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "text"] = "auto"
     # History is written at most this often (and at shutdown); alert state on every change.
     history_save_interval_s: float = Field(default=60.0, ge=0)
+    # The lag history lake: every poll, alert transition and the configuration in force, as Parquet.
+    lake: LakeConfig = Field(default_factory=LakeConfig)
 
     @field_validator("clusters")
     @classmethod

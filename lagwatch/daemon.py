@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -33,6 +33,9 @@ from lagwatch.serve import metrics
 from lagwatch.serve.http import HttpServer
 from lagwatch.state import StateStore
 from lagwatch.step import ClusterPipeline
+
+if TYPE_CHECKING:
+    from lagwatch.lake.writer import LakeWriter
 
 log = logging.getLogger("lagwatch.daemon")
 TICK_S = 5.0  # how often alert groups are checked for due notifications between polls
@@ -88,6 +91,7 @@ class Daemon:
         self._metrics = b""
         self._metrics_lock = threading.Lock()
         self.http: HttpServer | None = None
+        self.lake = self._open_lake()
 
     # -- state ------------------------------------------------------------------------------------------------------
 
@@ -186,6 +190,8 @@ class Daemon:
         with runtime.lock:
             evaluation = self.pipelines[name].step(snapshot)
         with self.book_lock:
+            if self.lake is not None:  # before _flush: the transitions this step made, then notifications
+                self.lake.record(snapshot, evaluation, self.book)
             self._flush(self.clock())
         runtime.latest, runtime.evaluation = snapshot, evaluation
         runtime.polls += 1
@@ -211,6 +217,26 @@ class Daemon:
         for callback in self.on_poll:
             callback(runtime)
 
+    def _open_lake(self) -> LakeWriter | None:
+        """The lake writer (pyarrow is imported only when the lake is on), with the configuration in force."""
+        if not self.settings.lake.enabled:
+            return None
+        from lagwatch.lake.writer import LakeWriter
+
+        lake = LakeWriter(self.settings.lake, self.clock)
+        rules, alerts = self.settings.rules.model_dump(mode="json"), self.settings.alerts.model_dump(mode="json")
+        for name, runtime in self.clusters.items():
+            lake.record_config(
+                name,
+                rules,
+                alerts,
+                runtime.history.max_gap_s,
+                runtime.config.read_committed,
+                runtime.config.poll_interval_s,
+                self.book,
+            )
+        return lake
+
     def render_metrics(self) -> None:
         """Once per poll, so that a scrape (or two Prometheus replicas) costs nothing but sending bytes."""
         with self.book_lock:
@@ -221,6 +247,14 @@ class Daemon:
             "failed": self.dispatcher.failed_attempts,
             "state_save_failures": self.state_failures,
             "collapsed": self.outbox.collapsed,
+            **(
+                {
+                    "lake_write_failures": self.lake.stats.write_failures,
+                    "lake_dropped_rows": self.lake.stats.dropped_rows,
+                }
+                if self.lake is not None
+                else {}
+            ),
         }
         with self._metrics_lock:
             self._metrics = metrics.render(self.clusters.values(), alerts, stats)
@@ -262,6 +296,8 @@ class Daemon:
             self.http = HttpServer(self).start()
             log.info("http listening", extra={"address": self.http.address})
         self.dispatcher.start()
+        if self.lake is not None:
+            self.lake.start()
         for runtime in self.clusters.values():
             if runtime.offsets_reader is not None:
                 runtime.offsets_reader.start()
@@ -299,5 +335,7 @@ class Daemon:
             self.save_history(runtime)
             runtime.poller.close()
         self.save_alerts()
+        if self.lake is not None:
+            self.lake.stop()
         self.store.close()
         log.info("lagwatch stopped", extra={"queued_notifications": self.outbox.pending()})

@@ -63,6 +63,8 @@ def start_demo(settings: Any, cleanup: ExitStack) -> Any:
             "alerts": alerts,
             "state_dir": state_dir,
             "http": settings.http.model_copy(update={"host": "127.0.0.1"}),
+            # The demo records its lake (./lake unless configured), rolled every minute so files show up soon.
+            "lake": settings.lake.model_copy(update={"enabled": True, "roll_seconds": 60.0}),
         }
     )
 

@@ -21,11 +21,15 @@ from lagwatch.errors import ConfigError, LagwatchError
 if TYPE_CHECKING:
     from lagwatch.config import ClusterConfig
 
-# command name -> (module, help). Later: backtest, report, compact.
+# command name -> (module, help). Later: report, compact.
 JOBS: dict[str, tuple[str, str]] = {
     "offsets-topic": (
         "lagwatch.pipeline.offsets_topic",
         "read the whole __consumer_offsets with Spark into Parquet: commits, latest, groups, expiry audit",
+    ),
+    "backtest": (
+        "lagwatch.pipeline.backtest",
+        "replay the lag history lake through the daemon's own pipeline step under candidate configs",
     ),
 }
 
@@ -37,7 +41,7 @@ def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:  # type: ignor
         module = importlib.import_module(module_name)
         parser = jobs.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(parser)
-        parser.set_defaults(func=module.run)
+        parser.set_defaults(func=getattr(module, "run_job", None) or module.run)
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

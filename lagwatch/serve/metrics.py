@@ -229,6 +229,17 @@ def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_s
         [],
         notify_stats.get("collapsed", 0),
     )
+    if "lake_write_failures" in notify_stats:
+        f.set(
+            f.counter("lake_write_failures", "Lake writes the target refused (rows kept and tried again)", []),
+            [],
+            notify_stats["lake_write_failures"],
+        )
+        f.set(
+            f.counter("lake_dropped_rows", "Lake rows dropped: the buffer outgrew max_buffer_rows while failing", []),
+            [],
+            notify_stats["lake_dropped_rows"],
+        )
     return f.text()
 
 

@@ -1,0 +1,378 @@
+"""EDGE: the daemon's lake writer. Buffers rows in memory; a background thread writes them as Parquet files when
+`roll_rows` are buffered or `roll_seconds` after the oldest one, and everything at stop.
+
+Files are written under a temporary name starting with `.` (which pyarrow, pandas and Spark skip) and renamed when
+complete, so a reader never sees half a file. A write the target refuses (disk full, path gone, no permission) is
+logged once per streak and counted; the rows stay buffered and are tried again, up to `max_buffer_rows`, past which
+the oldest polls are dropped (counted). Polling and alerting never wait for the lake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lagwatch.alerts import AlertBook
+from lagwatch.alerts.transitions import Transition, TransitionTracker
+from lagwatch.lake import codec
+from lagwatch.lake.settings import LakeConfig
+from lagwatch.model import ClusterSnapshot, TopicPartition
+from lagwatch.rules import Evaluation
+
+log = logging.getLogger("lagwatch.lake")
+DATASETS: dict[str, dict[str, str]] = {
+    "snapshots": codec.SNAPSHOT_COLUMNS,
+    "alerts": codec.ALERT_COLUMNS,
+    "config": codec.CONFIG_COLUMNS,
+}
+RETRY_S = 5.0  # after a refused write, the first retry; doubling up to roll_seconds
+RETENTION_CHECK_S = 3600.0
+
+
+def arrow_schema(columns: Mapping[str, str]) -> Any:
+    import pyarrow as pa
+
+    types = {
+        "int16": pa.int16(),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "string": pa.string(),
+        "bool": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    return pa.schema(
+        [pa.field(name, types[kind]) for name, kind in columns.items()],
+        metadata={"lagwatch.schema_version": str(codec.SCHEMA_VERSION)},
+    )
+
+
+def open_filesystem(path: str) -> tuple[Any, str]:
+    """A local path (made absolute) or a URI pyarrow knows (s3://, gs://, hdfs://, file://)."""
+    from pyarrow import fs
+
+    if "://" in path:
+        filesystem, root = fs.FileSystem.from_uri(path)
+        return filesystem, root.rstrip("/")
+    return fs.LocalFileSystem(), os.path.abspath(path)
+
+
+def config_hash(rules: Mapping[str, Any], alerts: Mapping[str, Any]) -> str:
+    canonical = json.dumps({"rules": rules, "alerts": alerts}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Batch:
+    dataset: str
+    cluster: str
+    date: str
+    columns: codec.Columns
+    rows: int
+    created: float  # monotonic
+
+
+@dataclass
+class LakeStats:
+    rows_written: int = 0
+    files_written: int = 0
+    write_failures: int = 0
+    dropped_rows: int = 0
+    buffered_rows: int = 0
+    last_write_s: float = 0.0
+
+
+class LakeWriter:
+    def __init__(self, config: LakeConfig, clock: Callable[[], float] = time.time) -> None:
+        import pyarrow  # noqa: F401  (fail at start, not at the first roll, when the extra is missing)
+
+        self.config = config
+        self.clock = clock
+        self.fs, self.root = open_filesystem(config.path)
+        self.schemas = {name: arrow_schema(columns) for name, columns in DATASETS.items()}
+        self.stats = LakeStats()
+        self.trackers: dict[str, TransitionTracker] = {}
+        self.config_hashes: dict[str, str] = {}
+        self._buffer: deque[_Batch] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stopping = False
+        self._failing = False
+        self._retry_at = 0.0
+        self._retry_s = RETRY_S
+        self._retention_checked = -RETENTION_CHECK_S
+        self._write_lock = threading.Lock()  # one flush at a time (the thread, or stop)
+        self._thread: threading.Thread | None = None
+
+    # -- what the daemon calls ---------------------------------------------------------------------------------
+
+    def start(self) -> LakeWriter:
+        self._thread = threading.Thread(target=self._run, name="lake-writer", daemon=True)
+        self._thread.start()
+        log.info("lake recording", extra={"path": self.config.path})
+        return self
+
+    def record_config(
+        self,
+        cluster: str,
+        rules: Mapping[str, Any],
+        alerts: Mapping[str, Any],
+        max_gap_s: float,
+        read_committed: bool,
+        poll_interval_s: float,
+        book: AlertBook,
+    ) -> None:
+        """The configuration in force for `cluster` from now on (at start), and the alerts already firing."""
+        from lagwatch import __version__
+
+        now = self.clock()
+        digest = config_hash(rules, alerts)
+        self.config_hashes[cluster] = digest
+        tracker = self.trackers[cluster] = TransitionTracker(cluster)
+        tracker.seed(book)
+        columns = codec.empty(codec.CONFIG_COLUMNS)
+        values = {
+            "schema_version": codec.SCHEMA_VERSION,
+            "recorded_at": now,
+            "time": now,
+            "config_hash": digest,
+            "rules_json": json.dumps(rules, sort_keys=True),
+            "alerts_json": json.dumps(alerts, sort_keys=True),
+            "max_gap_s": max_gap_s,
+            "read_committed": read_committed,
+            "poll_interval_s": poll_interval_s,
+            "lagwatch_version": __version__,
+        }
+        for name in columns:
+            columns[name].append(values[name])
+        self._add(_Batch("config", cluster, codec.date_of(now), columns, 1, time.monotonic()))
+
+    def record(self, snapshot: ClusterSnapshot, evaluation: Evaluation, book: AlertBook) -> list[Transition]:
+        """After each step, under the book's lock: the poll, and the alert transitions the step made."""
+        figures: dict[str, dict[TopicPartition, tuple[int | None, str, float | None, bool, bool]]] = {}
+        for group_id, measure in evaluation.measures.items():
+            figures[group_id] = {
+                TopicPartition(m.partition.topic, m.partition.partition): (
+                    m.partition.lag,
+                    m.partition.state.value,
+                    m.lag_time.seconds,
+                    m.lag_time.estimated,
+                    m.lag_time.exact,
+                )
+                for m in measure.partitions
+            }
+        columns = codec.snapshot_rows(snapshot, figures)
+        now = time.monotonic()
+        date = codec.date_of(snapshot.taken_at)
+        self._add(_Batch("snapshots", snapshot.cluster, date, columns, len(columns["ordinal"]), now))
+        tracker = self.trackers.setdefault(snapshot.cluster, TransitionTracker(snapshot.cluster))
+        transitions = tracker.observe(book, evaluation.now)
+        if transitions:
+            alert_columns = transition_rows(transitions, self.config_hashes.get(snapshot.cluster, ""))
+            self._add(_Batch("alerts", snapshot.cluster, date, alert_columns, len(transitions), now))
+        return transitions
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Writes what is buffered (one attempt) and stops the thread."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.flush()
+        if self.stats.buffered_rows:
+            log.error("lake rows lost at shutdown: the target refused them", extra={"rows": self.stats.buffered_rows})
+
+    # -- buffer -------------------------------------------------------------------------------------------------
+
+    def _add(self, batch: _Batch) -> None:
+        with self._lock:
+            self._buffer.append(batch)
+            self.stats.buffered_rows += batch.rows
+            while self.stats.buffered_rows > self.config.max_buffer_rows:
+                # The oldest poll goes; alert transitions and configuration rows (a few each) are kept.
+                oldest = next((i for i, b in enumerate(self._buffer) if b.dataset == "snapshots"), None)
+                if oldest is None or self._buffer[oldest] is batch:
+                    break
+                dropped = self._buffer[oldest]
+                del self._buffer[oldest]
+                self.stats.buffered_rows -= dropped.rows
+                self.stats.dropped_rows += dropped.rows
+            if self.stats.buffered_rows >= self.config.roll_rows:
+                self._wake.notify_all()
+
+    def _due(self) -> bool:
+        if not self._buffer:
+            return False
+        if self._failing:
+            return time.monotonic() >= self._retry_at
+        return (
+            self.stats.buffered_rows >= self.config.roll_rows
+            or time.monotonic() - self._buffer[0].created >= self.config.roll_seconds
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self._due():
+                    self._wake.wait(timeout=0.5)
+                if self._stopping:
+                    return
+            self.flush()
+            self._prune()
+
+    # -- files --------------------------------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Writes every buffered row; True when all were written. On failure the rest stays buffered."""
+        with self._write_lock:
+            with self._lock:
+                batches = list(self._buffer)
+                self._buffer.clear()
+            if not batches:
+                return True
+            started = time.monotonic()
+            keys: dict[tuple[str, str, str], list[_Batch]] = {}
+            for b in batches:
+                keys.setdefault((b.dataset, b.cluster, b.date), []).append(b)
+            unwritten: list[_Batch] = []
+            error: Exception | None = None
+            for (dataset, cluster, date), group in keys.items():
+                if error is None:
+                    try:
+                        self._write(dataset, cluster, date, group)
+                        continue
+                    except Exception as e:  # OSError, ArrowIOError (disk full, permission, path gone), ...
+                        error = e
+                unwritten += group
+            with self._lock:
+                written = sum(b.rows for b in batches) - sum(b.rows for b in unwritten)
+                self.stats.buffered_rows -= written
+                # Back at the front, in their order (a batch added meanwhile stays behind them).
+                for b in sorted(unwritten, key=lambda b: b.created, reverse=True):
+                    self._buffer.appendleft(b)
+                if error is None:
+                    if self._failing:
+                        log.warning("lake writes work again", extra={"write_failures": self.stats.write_failures})
+                    self._failing = False
+                    self._retry_s = RETRY_S
+                else:
+                    self.stats.write_failures += 1
+                    if not self._failing:
+                        log.error(
+                            "lake write failed; rows stay buffered and are tried again",
+                            extra={"path": self.config.path, "error": str(error), "buffered": self.stats.buffered_rows},
+                        )
+                    self._failing = True
+                    self._retry_at = time.monotonic() + self._retry_s
+                    self._retry_s = min(self._retry_s * 2, max(RETRY_S, self.config.roll_seconds))
+                self.stats.last_write_s = time.monotonic() - started
+            return error is None
+
+    def _write(self, dataset: str, cluster: str, date: str, batches: list[_Batch]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = self.schemas[dataset]
+        merged: dict[str, list[Any]] = {name: [] for name in schema.names}
+        for b in batches:
+            for name, values in b.columns.items():
+                merged[name] += values
+        arrays = []
+        for field in schema:
+            values = merged[field.name]
+            if pa.types.is_timestamp(field.type):
+                micros = [None if v is None else round(v * 1_000_000) for v in values]
+                arrays.append(pa.array(micros, pa.int64()).cast(field.type))
+            else:
+                arrays.append(pa.array(values, field.type))
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        directory = f"{self.root}/{dataset}/cluster={cluster}/date={date}"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        name = f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
+        tmp, final = f"{directory}/.tmp-{name}", f"{directory}/{name}"
+        self.fs.create_dir(directory, recursive=True)
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                pq.write_table(table, out, compression="zstd")
+            self.fs.move(tmp, final)
+        except BaseException:
+            with contextlib.suppress(Exception):  # it may not exist, or the target may refuse even that
+                self.fs.delete_file(tmp)
+            raise
+        self.stats.rows_written += table.num_rows
+        self.stats.files_written += 1
+
+    def _prune(self) -> None:
+        """Deletes date partitions older than `retention_days`, and temporary files a crash left behind."""
+        if self.config.retention_days <= 0 or time.monotonic() - self._retention_checked < RETENTION_CHECK_S:
+            return
+        self._retention_checked = time.monotonic()
+        try:
+            prune(self.fs, self.root, self.config.retention_days, self.clock())
+        except Exception as e:
+            log.warning("lake retention failed; tried again in an hour", extra={"error": str(e)})
+
+
+def prune(filesystem: Any, root: str, retention_days: int, now: float) -> list[str]:
+    from pyarrow import fs
+
+    cutoff = (datetime.fromtimestamp(now, UTC) - timedelta(days=retention_days)).strftime("%Y-%m-%d")
+    deleted = []
+    for dataset in DATASETS:
+        base = f"{root}/{dataset}"
+        if filesystem.get_file_info(base).type != fs.FileType.Directory:
+            continue
+        for cluster_dir in filesystem.get_file_info(fs.FileSelector(base)):
+            if cluster_dir.type != fs.FileType.Directory or not cluster_dir.base_name.startswith("cluster="):
+                continue
+            for date_dir in filesystem.get_file_info(fs.FileSelector(cluster_dir.path)):
+                date = date_dir.base_name.removeprefix("date=")
+                if date_dir.type == fs.FileType.Directory and date_dir.base_name.startswith("date=") and date < cutoff:
+                    filesystem.delete_dir(date_dir.path)
+                    deleted.append(date_dir.path)
+                elif date_dir.type == fs.FileType.Directory:
+                    for f in filesystem.get_file_info(fs.FileSelector(date_dir.path)):
+                        stale = f.mtime is not None and now - f.mtime.timestamp() > 3600
+                        if f.base_name.startswith(".tmp-") and stale:
+                            filesystem.delete_file(f.path)
+    if deleted:
+        log.info("lake partitions past retention deleted", extra={"partitions": len(deleted)})
+    return deleted
+
+
+def transition_rows(transitions: list[Transition], digest: str) -> codec.Columns:
+    columns = codec.empty(codec.ALERT_COLUMNS)
+    for t in transitions:
+        values = {
+            "schema_version": codec.SCHEMA_VERSION,
+            "at": t.at,
+            "time": t.at,
+            "transition": t.transition,
+            "key": t.key,
+            "rule": t.rule,
+            "severity": t.severity,
+            "group": t.group,
+            "labels_json": json.dumps(t.labels, sort_keys=True),
+            "summary": t.summary,
+            "started_at": t.started_at,
+            "fired_at": t.fired_at,
+            "resolved_at": t.resolved_at,
+            "peak_lag": t.peak_lag,
+            "details_json": json.dumps(t.details, sort_keys=True, default=str),
+            "config_hash": digest,
+        }
+        for name in columns:
+            columns[name].append(values[name])
+    return columns

@@ -1,0 +1,126 @@
+"""The daemon on the real broker records a lake; the backtest replays it through the same pipeline step and
+reaches the same alert transitions; a stricter config raises more. Bad input: one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import TopicPartition
+
+from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.daemon import Daemon
+from tests import kafka_scenario
+from tests.conftest import unique, wait_for
+from tests.live import Recorder, commit
+from tests.test_daemon_kafka import FAST_RULES, LOOPBACK
+
+pa = pytest.importorskip("pyarrow")
+
+
+def events_of_alert_rows(rows: Any) -> list[tuple[str, str, str | None, str]]:
+    """Alert rows (start, end) as the ordered transitions (firing / resolved, rule, group, severity)."""
+    events = []
+    for r in rows:
+        events.append((r["fired_at"], 0, "firing", r["rule"], r["group"], r["severity"]))
+        if r["resolved_at"] == r["resolved_at"] and r["resolved_at"] is not None:  # not NaN / None
+            events.append((r["resolved_at"], 1, "resolved", r["rule"], r["group"], r["severity"]))
+    return [e[2:] for e in sorted(events)]
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_backtest_replays_the_daemons_lake_to_the_same_alerts(bootstrap: str, tmp_path: Path, spark: Any) -> None:
+    import pyarrow.dataset as ds
+
+    from lagwatch.pipeline.backtest import BacktestError, run_backtest
+
+    prefix = unique("lake")
+    topic, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30}, {0: 10})
+    settings = load_settings(
+        rules=FAST_RULES,
+        alerts={"group_wait_s": 0, "group_interval_s": 1},
+        state_dir=tmp_path / "state",
+        http=LOOPBACK,
+        lake={"enabled": True, "path": str(tmp_path / "lake"), "roll_seconds": 2},
+    )
+    cluster = ClusterConfig(
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=1,
+        request_timeout_s=5,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+        exact_clocks=False,  # the lake does not hold __consumer_offsets records yet: the replay sees polls only
+    )
+    recorder = Recorder()
+    daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder}).start()
+    try:
+        wait_for(lambda: recorder.kinds(group), timeout=20, what="the stopped group's alert")
+        # The group comes back and catches up: its alert resolves.
+        c = kafka_scenario.assigned_consumer(bootstrap, group, [TopicPartition(topic, 0)])
+        commit(c, topic, 30)
+        c.close()
+        wait_for(lambda: len(recorder.kinds(group)) >= 2, timeout=15, what="the resolved notification")
+        time.sleep(1.5)
+    finally:
+        daemon.stop()
+    assert recorder.kinds(group) == [("firing", ("stopped",)), ("resolved", ())]
+
+    lake = tmp_path / "lake"
+    recorded = ds.dataset(lake / "alerts", format="parquet", partitioning="hive").to_table().to_pylist()
+    recorded.sort(key=lambda r: r["at"])
+    daemon_events = [(r["transition"], r["rule"], r["group"], r["severity"]) for r in recorded]
+    assert daemon_events == [("firing", "stopped", group, "critical"), ("resolved", "stopped", group, "critical")]
+
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(
+        "rules:\n"
+        + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in FAST_RULES.items() if k != "lag")
+        + "  lag: {warning: {offsets: 5, seconds: null}, critical: {offsets: 1000000000}, for_s: 0}\n"
+        "alerts: {group_wait_s: 0, group_interval_s: 1}\n"
+    )
+    out = run_backtest(str(lake), ["recorded", str(strict)], str(tmp_path / "out"), spark=spark)
+    alerts = out[out["kind"] == "alert"]
+    replayed = events_of_alert_rows(alerts[alerts["config"] == "recorded"].to_dict("records"))
+    assert replayed == daemon_events
+    stricter = alerts[alerts["config"] == "strict"]
+    assert set(stricter["rule"]) == {"stopped", "lag"} and len(stricter) > len(alerts[alerts["config"] == "recorded"])
+    pages = out[(out["kind"] == "notification") & (out["notification_kind"] == "firing")]
+    assert list(pages[pages["config"] == "recorded"]["group"]) == [group]
+    assert (alerts["condition_to_alert_s"] >= 0).all()
+
+    with pytest.raises(BacktestError, match="no snapshots"):
+        run_backtest(str(lake), [], str(tmp_path / "out2"), since=0.0, until=1000.0, spark=spark)
+
+
+def backtest_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lagwatch.pipeline.backtest", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lake", "/nonexistent/lake"], "no lake there"),
+        (["--config", "/nonexistent.yaml"], "no such file"),
+        (["--config", "BAD"], "no such file"),
+        (["--since", "yesterday"], "not an ISO time"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = backtest_cli(*args)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3 and "Traceback" not in result.stderr  # argparse: usage too
+
+
+def test_an_invalid_candidate_config_names_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  stopped: {window_s: -4}\n")
+    result = backtest_cli("--config", str(bad), "--lake", str(tmp_path))
+    assert result.returncode == 2 and "rules.stopped.window_s" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

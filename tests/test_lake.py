@@ -1,0 +1,232 @@
+"""The lake writer: lossless snapshots, atomic files, schema version, retention, and a target that refuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.dataset as ds  # noqa: E402
+
+from lagwatch.config import load_settings  # noqa: E402
+from lagwatch.daemon import Daemon  # noqa: E402
+from lagwatch.lake import LakeConfig, codec  # noqa: E402
+from lagwatch.lake.writer import LakeWriter, prune  # noqa: E402
+from lagwatch.model import (  # noqa: E402
+    BrokerSettings,
+    ClusterSnapshot,
+    CommittedOffset,
+    GroupKind,
+    GroupSnapshot,
+    Member,
+    PartitionOffsets,
+    TopicPartition,
+)
+from tests.synthetic import TP, Pipeline, group, snapshot  # noqa: E402
+
+T0 = 1_790_000_000.123456
+
+
+def rich_snapshot(t: float) -> ClusterSnapshot:
+    other = TopicPartition("payments", 3)
+    unowned = TopicPartition("audit", 0)
+    return ClusterSnapshot(
+        cluster="c",
+        taken_at=t,
+        duration_s=0.25,
+        groups=(
+            GroupSnapshot(
+                "g1",
+                "Stable",
+                "consumer",
+                GroupKind.CLASSIC,
+                2,
+                members=(Member("m-1", "client", "/10.0.0.1", (TP, other), ("orders", "payments")),),
+                committed={TP: CommittedOffset(7, 3, "meta"), TopicPartition("gone", 1): CommittedOffset(2)},
+            ),
+            GroupSnapshot("broken", "Unknown", "", GroupKind.UNKNOWN, None, error="COORDINATOR_NOT_AVAILABLE"),
+            GroupSnapshot("simple", "Empty", "", GroupKind.SIMPLE, 1, committed={other: CommittedOffset(40)}),
+        ),
+        partitions={
+            TP: PartitionOffsets(0, 10, 9),
+            other: PartitionOffsets(5, 50, None, None),
+            unowned: PartitionOffsets(None, None, None, "NOT_LEADER"),
+        },
+        brokers=(BrokerSettings(1, 10080, 600000), BrokerSettings(2, None, None)),
+        requests={"OffsetFetch": 1, "ListOffsets": 2},
+        record_times={(TP, 7): t - 30.5},
+        missing_topics=frozenset({"deleted"}),
+    )
+
+
+def read(path: Path, dataset: str) -> Any:
+    return ds.dataset(path / dataset, format="parquet", partitioning="hive").to_table()
+
+
+def writer(tmp_path: Path, **config: Any) -> LakeWriter:
+    return LakeWriter(LakeConfig(enabled=True, path=str(tmp_path / "lake"), **config))
+
+
+def test_snapshots_come_back_equal_through_parquet(tmp_path: Path) -> None:
+    lake = writer(tmp_path)
+    polls = [
+        rich_snapshot(T0),
+        ClusterSnapshot("c", T0 + 1, 5.0, error="timed out", error_kind="timeout"),
+        rich_snapshot(T0 + 2),
+    ]
+    p = Pipeline()
+    for s in polls:
+        lake.record(s, p.step(s), p.book)
+    assert lake.flush()
+    table = read(tmp_path / "lake", "snapshots")
+    rows = table.to_pandas().to_dict("records")
+    assert {r["cluster"] for r in rows} == {"c"}
+    assert codec.snapshots_from_rows("c", rows) == polls
+    partition_rows = [r for r in rows if r["row_kind"] == "partition" and r["taken_at"] == T0]
+    first = next(r for r in partition_rows if r["group"] == "g1" and r["topic"] == "orders")
+    assert (first["committed"], first["log_end"], first["lag"], first["lag_state"]) == (7, 10, 3, "ok")
+    assert first["lag_seconds"] == pytest.approx(30.5) and first["lag_seconds_exact"]
+    assert {(r["group"], r["topic"]) for r in partition_rows} == {
+        ("g1", "orders"),
+        ("g1", "gone"),
+        ("g1", "payments"),
+        ("simple", "payments"),
+    }
+
+
+def test_schema_version_in_every_row_and_in_the_file_metadata(tmp_path: Path) -> None:
+    lake = writer(tmp_path)
+    p = Pipeline()
+    s = rich_snapshot(T0)
+    lake.record(s, p.step(s), p.book)
+    lake.record_config("c", {"lag": {}}, {"group_wait_s": 0}, 90.0, False, 30.0, p.book)
+    assert lake.flush()
+    for dataset in ("snapshots", "config"):
+        table = read(tmp_path / "lake", dataset)
+        assert table.num_rows > 0 and set(table.column("schema_version").to_pylist()) == {codec.SCHEMA_VERSION}
+        assert table.schema.metadata[b"lagwatch.schema_version"] == str(codec.SCHEMA_VERSION).encode()
+    files = list((tmp_path / "lake" / "snapshots" / "cluster=c").glob("date=*/part-*.parquet"))
+    assert [f.parent.name for f in files] == ["date=2026-09-21"]
+
+
+def test_a_file_is_invisible_until_complete(tmp_path: Path) -> None:
+    lake = writer(tmp_path)
+    p = Pipeline()
+    s = rich_snapshot(T0)
+    lake.record(s, p.step(s), p.book)
+    seen: list[tuple[list[str], int]] = []
+    real_move = lake.fs.move
+
+    def move(src: str, dest: str) -> None:  # the file is complete: what does a reader see just before the rename?
+        directory = Path(src).parent
+        seen.append((sorted(f.name for f in directory.iterdir()), read(tmp_path / "lake", "snapshots").num_rows))
+        real_move(src, dest)
+
+    lake.fs = _Wrapped(lake.fs, move=move)
+    assert lake.flush()
+    ((names, rows_visible),) = seen
+    assert len(names) == 1 and names[0].startswith(".tmp-part-") and rows_visible == 0
+    assert read(tmp_path / "lake", "snapshots").num_rows > 0
+    assert not list((tmp_path / "lake").rglob(".tmp-*"))
+
+
+class _Wrapped:
+    def __init__(self, inner: Any, **overrides: Any) -> None:
+        self._inner, self._overrides = inner, overrides
+
+    def __getattr__(self, name: str) -> Any:
+        return self._overrides.get(name) or getattr(self._inner, name)
+
+
+def test_retention_deletes_old_date_partitions_and_stale_temp_files(tmp_path: Path) -> None:
+    root = tmp_path / "lake"
+    for dataset in ("snapshots", "alerts"):
+        for date in ("2026-01-01", "2026-01-30", "2026-01-31"):
+            (root / dataset / "cluster=c" / f"date={date}").mkdir(parents=True)
+    stale = root / "snapshots" / "cluster=c" / "date=2026-01-31" / ".tmp-part-x.parquet"
+    stale.write_bytes(b"half")
+    os.utime(stale, (0, 0))
+    now = time.mktime((2026, 1, 31, 12, 0, 0, 0, 0, 0)) - time.timezone
+    lake = writer(tmp_path)
+    deleted = prune(lake.fs, lake.root, 1, now)
+    assert sorted(Path(d).name for d in deleted) == ["date=2026-01-01"] * 2
+    assert sorted(p.name for p in (root / "snapshots" / "cluster=c").iterdir()) == [
+        "date=2026-01-30",
+        "date=2026-01-31",
+    ]
+    assert not stale.exists()
+
+
+class FakePoller:
+    """Synthetic polls of a group that stops consuming while records keep arriving."""
+
+    def __init__(self, name: str, config: Any) -> None:
+        self.t = T0
+        self.end = 0
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += 1
+        self.end += 10
+        return snapshot(self.t, [group("g", {TP: 0}, state="Empty", members=0)], {TP: self.end})
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Any:
+    """A 1 MiB tmpfs (needs root): disk full on demand."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_never_stops_alerting_and_the_lake_recovers(tmp_path: Path, tiny_disk: Path) -> None:
+    filler = tiny_disk / "filler"
+    with open(filler, "wb") as f:  # fill the disk
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    settings = load_settings(
+        rules={"stopped": {"window_s": 3}},
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        lake={"enabled": True, "path": str(tiny_disk / "lake"), "max_buffer_rows": 12},
+    )
+    clusters = {"c": load_settings(clusters={"c": {"bootstrap_servers": ["127.0.0.1:1"]}}).clusters["c"]}
+    daemon = Daemon(settings, clusters=clusters, notifiers={}, poller_factory=FakePoller)
+    lake = daemon.lake
+    assert lake is not None
+    try:
+        for _ in range(8):
+            daemon.poll_cluster("c")
+            lake.flush()
+        assert {a.rule for a in daemon.book.alerts.values() if a.state == "firing"} == {"stopped"}
+        assert lake.stats.write_failures == 8 and lake.stats.files_written == 0
+        assert lake.stats.dropped_rows > 0 and lake.stats.buffered_rows <= 12  # bounded: the oldest polls dropped
+        daemon.render_metrics()
+        assert b"lagwatch_lake_write_failures_total 8" in daemon.metrics_body()
+        filler.unlink()
+        daemon.poll_cluster("c")
+        assert lake.flush() and lake.stats.buffered_rows == 0
+    finally:
+        daemon.stop()
+    snapshots = read(tiny_disk / "lake", "snapshots").to_pandas()
+    polls = sorted(snapshots[snapshots.row_kind == "poll"].taken_at)
+    assert polls == pytest.approx([T0 + i for i in range(10 - len(polls), 10)])  # the newest polls, once each
+    assert 3 <= len(polls) < 9
+    alerts = read(tiny_disk / "lake", "alerts").to_pandas()
+    assert list(alerts.transition) == ["firing"] and list(alerts.rule) == ["stopped"]
+    assert not list(tiny_disk.rglob(".tmp-*"))
