@@ -69,12 +69,23 @@ def subscribed_consumer(bootstrap: str, group: str, topics: list[str]) -> KafkaC
         # partitions, and only a metadata refresh (5 min by default) triggers the rebalance that fixes it.
         metadata_max_age_ms=1000,
     )
+    # The consumer must know the topics' partitions before it joins: the member that computes the assignment uses
+    # its own metadata, and a join before that metadata lists the topic assigns nothing.
+    for topic in topics:
+        wait_for(lambda t=topic: consumer.partitions_for_topic(t), timeout=30, what=f"{group}: metadata of {topic}")
     consumer.subscribe(topics)
-    wait_for(
-        lambda: consumer.poll(100, max_records=1) is not None and consumer.assignment(),
-        what=f"{group} assignment",
-    )
-    return consumer
+    for _ in range(3):
+        try:
+            wait_for(
+                lambda: consumer.poll(100, max_records=1) is not None and consumer.assignment(),
+                timeout=10,
+                what=f"{group} assignment",
+            )
+            return consumer
+        except AssertionError:
+            consumer.unsubscribe()  # a join that assigned nothing: join again
+            consumer.subscribe(topics)
+    raise AssertionError(f"{group}: no partitions assigned after three joins")
 
 
 def assigned_consumer(bootstrap: str, group: str, tps: list[TopicPartition]) -> KafkaConsumer:
