@@ -13,7 +13,7 @@ from typing import Any
 
 from lagwatch import __version__, logs
 from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
-from lagwatch.errors import ConfigError, LagwatchError
+from lagwatch.errors import ConfigError, exit_code_of
 from lagwatch.matchers import check_pattern
 
 
@@ -21,17 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logs.configure("WARNING", "text")  # `run` reconfigures from its settings
-    try:
-        return int(args.func(args))
-    except ConfigError as e:
-        for problem in e.problems:
-            print(f"lagwatch: config error: {problem}", file=sys.stderr)
-        return e.exit_code
-    except LagwatchError as e:
-        print(f"lagwatch: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    return exit_code_of(lambda: args.func(args))
 
 
 def _parser() -> argparse.ArgumentParser:

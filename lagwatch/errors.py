@@ -1,5 +1,10 @@
 """Errors a caller can catch. Each carries a one-line message fit for a terminal."""
 
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
 
 class LagwatchError(Exception):
     """Base class: str(error) is one line that tells the user what went wrong."""
@@ -33,3 +38,18 @@ class ClusterError(LagwatchError):
         self.kind = kind
         self.detail = detail
         super().__init__(f"cluster {cluster!r}: {kind}: {detail}")
+
+
+def exit_code_of(command: Callable[[], int]) -> int:
+    """Runs a command; lagwatch's errors become one line on stderr and their exit code, never a traceback."""
+    try:
+        return int(command())
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"lagwatch: config error: {problem}", file=sys.stderr)
+        return e.exit_code
+    except LagwatchError as e:
+        print(f"lagwatch: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.structs import OffsetAndMetadata
 
+from lagwatch.devbroker.jars import java_command
 from tests.conftest import unique, wait_for
 
 
@@ -182,3 +185,28 @@ def stopped_group(
     commit(c, {TopicPartition(topic, p): o for p, o in committed.items()})
     c.close()
     return topic, group
+
+
+def kip848_console_consumer(
+    libs: Path, bootstrap: str, topic: str, group: str, *extra: str, max_messages: int | None = None
+) -> list[str]:
+    """The command line of Kafka's own console consumer in a KIP-848 group (`group.protocol=consumer`): kafka-python
+    3 does not speak that protocol as a consumer. With `max_messages` it reads that many and leaves."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--from-beginning"]
+    if max_messages is not None:
+        args += ["--max-messages", str(max_messages)]
+    properties = ["group.protocol=consumer", "auto.commit.interval.ms=200", *extra]
+    for prop in properties:
+        args += ["--consumer-property", prop]
+    return java_command(libs, "org.apache.kafka.tools.consumer.ConsoleConsumer", *args)
+
+
+def run_kip848_group(libs: Path, bootstrap: str, topic: str, group: str, records: int) -> None:
+    """A KIP-848 group that reads `records` records, commits and leaves."""
+    subprocess.run(
+        kip848_console_consumer(libs, bootstrap, topic, group, max_messages=records),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+        check=True,
+    )

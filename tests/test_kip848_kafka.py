@@ -9,7 +9,7 @@ import pytest
 
 from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, NameFilter
-from lagwatch.devbroker.jars import java_command, kafka_major
+from lagwatch.devbroker.jars import kafka_major
 from lagwatch.model import GroupKind, GroupSnapshot
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, unique, wait_for
@@ -26,23 +26,7 @@ def test_kip848_group_members_and_offsets(bootstrap: str, kafka_libs: Path) -> N
     kafka_scenario.create_topic(bootstrap, topic, 2)
     kafka_scenario.produce(bootstrap, topic, {0: 50, 1: 50})
     consumer = subprocess.Popen(
-        java_command(
-            kafka_libs,
-            "org.apache.kafka.tools.consumer.ConsoleConsumer",
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--from-beginning",
-            "--consumer-property",
-            "group.protocol=consumer",
-            "--consumer-property",
-            "auto.commit.interval.ms=200",
-            "--consumer-property",
-            "client.id=k848-client",
-        ),
+        kafka_scenario.kip848_console_consumer(kafka_libs, bootstrap, topic, group, "client.id=k848-client"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -5,7 +5,6 @@ transactional and deleted groups."""
 from __future__ import annotations
 
 import struct
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from lagwatch.devbroker.jars import java_command, kafka_major
+from lagwatch.devbroker.jars import kafka_major
 from lagwatch.offsets_topic.decode import (
     GroupMember,
     GroupMetadata,
@@ -31,7 +30,7 @@ from lagwatch.offsets_topic.decode import (
     decode_record,
 )
 from tests.conftest import KAFKA_VERSION, unique, wait_for
-from tests.kafka_scenario import admin, create_topic, produce, stopped_group, subscribed_consumer
+from tests.kafka_scenario import admin, create_topic, produce, run_kip848_group, stopped_group, subscribed_consumer
 
 DECODED_TYPES = (OffsetCommit, OffsetTombstone, GroupMetadata, GroupTombstone, OtherRecord, Undecodable)
 TS = 1_700_000_000_123
@@ -654,29 +653,7 @@ def test_kip848_group_records_are_other_records(
     produce(bootstrap, topic, {0: 10, 1: 10})
     already_read = len(offsets_topic.catch_up())
     started = now_ms()
-    subprocess.run(
-        java_command(
-            kafka_libs,
-            "org.apache.kafka.tools.consumer.ConsoleConsumer",
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--from-beginning",
-            "--max-messages",
-            "20",
-            "--consumer-property",
-            "group.protocol=consumer",
-            "--consumer-property",
-            "auto.commit.interval.ms=200",
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=120,
-        check=True,
-    )
+    run_kip848_group(kafka_libs, bootstrap, topic, group, 20)
     finished = now_ms()
 
     everything = {(topic, 0): 10, (topic, 1): 10}

@@ -22,12 +22,12 @@ from kafka.structs import OffsetAndMetadata
 
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig
-from lagwatch.devbroker.jars import java_command, kafka_major
+from lagwatch.devbroker.jars import kafka_major
 from lagwatch.history.store import ExactClocks
 from lagwatch.model import TopicPartition as LagwatchTopicPartition
 from lagwatch.offsets_topic import GroupTombstone, Record
 from tests.conftest import KAFKA_VERSION, run_lagwatch, unique, wait_for
-from tests.kafka_scenario import admin, create_topic, produce, stopped_group
+from tests.kafka_scenario import admin, create_topic, produce, run_kip848_group, stopped_group
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,29 +71,7 @@ def kip848_group(bootstrap: str, kafka_libs: Path) -> str:
     topic, group = unique("pipe-k848"), unique("pipe-k848g")
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, {0: 10, 1: 10})
-    subprocess.run(
-        java_command(
-            kafka_libs,
-            "org.apache.kafka.tools.consumer.ConsoleConsumer",
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--group",
-            group,
-            "--from-beginning",
-            "--max-messages",
-            "20",
-            "--consumer-property",
-            "group.protocol=consumer",
-            "--consumer-property",
-            "auto.commit.interval.ms=200",
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=120,
-        check=True,
-    )
+    run_kip848_group(kafka_libs, bootstrap, topic, group, 20)
     return group
 
 

@@ -413,16 +413,9 @@ run_job = _cmd_backtest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lagwatch backtest", description=add_backtest_command.__doc__)
-    _arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return _cmd_backtest(args)
-    except LagwatchError as e:
-        print(f"lagwatch backtest: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    from lagwatch.pipeline.jobs import run_main
+
+    return run_main("lagwatch pipeline backtest", _arguments, _cmd_backtest, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lagwatch.errors import ConfigError, LagwatchError
+from lagwatch.errors import ConfigError, LagwatchError, exit_code_of
 
 if TYPE_CHECKING:
     from lagwatch.config import ClusterConfig
@@ -137,14 +137,4 @@ def run_main(
     add_arguments(parser)
     args = parser.parse_args(argv)
     logs.configure("WARNING", "text")
-    try:
-        return int(run(args))
-    except ConfigError as e:
-        for problem in e.problems:
-            print(f"lagwatch: config error: {problem}", file=sys.stderr)
-        return e.exit_code
-    except LagwatchError as e:
-        print(f"lagwatch: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    return exit_code_of(lambda: run(args))
