@@ -21,6 +21,10 @@ class LagTime:
     exact: bool = False  # read from the record's own timestamp (exact mode), not interpolated
 
 
+UNKNOWN = LagTime(None)
+CAUGHT_UP = LagTime(0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionMeasure:
     partition: PartitionLag
@@ -59,9 +63,9 @@ def lag_seconds(
     written_at: float | None = None,
 ) -> LagTime:
     if committed is None or log_end is None:
-        return LagTime(None)
+        return UNKNOWN
     if committed >= log_end:
-        return LagTime(0.0)  # caught up is 0 s, whatever the history
+        return CAUGHT_UP  # caught up is 0 s, whatever the history
     if written_at is not None and math.isfinite(written_at):
         return LagTime(max(0.0, now - written_at), exact=True)
     if timeline is None:
@@ -77,12 +81,21 @@ def lag_seconds(
 
 
 def _consumption_rate(track: GroupTrack | None, tp: TopicPartition, since: float) -> float | None:
-    if track is None or tp not in track.partitions:
+    """Committed records/s from the last sample at or before `since` to the newest (samples without a commit
+    skipped). Walks back from the newest sample: no list of the window is built (this runs per partition)."""
+    progress = track.partitions.get(tp) if track is not None else None
+    if progress is None:
         return None
-    samples = [s for s in track.partitions[tp].window(since) if s.committed is not None]
-    if len(samples) < 2 or samples[-1].t <= samples[0].t:
+    last = first = None
+    for s in reversed(progress.samples):
+        if s.committed is not None:
+            if last is None:
+                last = s
+            first = s
+        if s.t <= since:
+            break
+    if first is None or last is None or last.t <= first.t:
         return None
-    first, last = samples[0], samples[-1]
     assert first.committed is not None and last.committed is not None
     return max(0.0, (last.committed - first.committed) / (last.t - first.t))
 
@@ -94,6 +107,7 @@ def measure_group(
     now: float,
     rate_since: float,
     record_times: Mapping[tuple[TopicPartition, int], float] | None = None,
+    production_rates: dict[tuple[TopicPartition, float], float | None] | None = None,
 ) -> GroupMeasure:
     """Rates are measured from `rate_since` (the rate window, cut short where observation was interrupted)."""
     since = rate_since
@@ -101,13 +115,20 @@ def measure_group(
     for p in lag.partitions:
         tp = TopicPartition(p.topic, p.partition)
         timeline = timelines.get(tp)
+        written_at = record_times.get((tp, p.committed)) if record_times and p.committed is not None else None
+        if production_rates is not None and timeline is not None:
+            # Every group on a partition asks for the same rate: computed once per evaluation.
+            rate_key = (tp, since)
+            if rate_key not in production_rates:
+                production_rates[rate_key] = timeline.rate(since)
+            production_rate = production_rates[rate_key]
+        else:
+            production_rate = timeline.rate(since) if timeline else None
         measures.append(
             PartitionMeasure(
                 partition=p,
-                lag_time=lag_seconds(
-                    timeline, p.committed, p.log_end, now, (record_times or {}).get((tp, p.committed or -1))
-                ),
-                production_rate=timeline.rate(since) if timeline else None,
+                lag_time=lag_seconds(timeline, p.committed, p.log_end, now, written_at),
+                production_rate=production_rate,
                 consumption_rate=_consumption_rate(track, tp, since),
             )
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from lagwatch.history import ClusterHistory, GroupMeasure, measure_group
 from lagwatch.lag import group_lag
-from lagwatch.model import ClusterSnapshot, Finding
+from lagwatch.model import ClusterSnapshot, Finding, TopicPartition
 from lagwatch.rules import expiry, progress, thresholds
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.settings import RuleResolver
@@ -56,6 +56,7 @@ def evaluate(
 
     findings = []
     held: set[str] = set()
+    production_rates: dict[tuple[TopicPartition, float], float | None] = {}
     frozen: set[str] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
@@ -73,7 +74,7 @@ def evaluate(
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
-        measure = measure_group(lag, track, history.timelines, now, rate_since, snapshot.record_times)
+        measure = measure_group(lag, track, history.timelines, now, rate_since, snapshot.record_times, production_rates)
         measures[group.group_id] = measure
         ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held)
         for rule in GROUP_RULES:
