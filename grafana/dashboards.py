@@ -284,11 +284,11 @@ def consumer_group() -> db.Dashboard:
     )
     d = d.annotation(
         db.AnnotationQuery()
-        .name("lagwatch alerts")
+        .name("lagwatch alerts of the group")
         .datasource(DS)
         .enable(True)
         .icon_color("red")
-        .expr(f"sum by (cluster, rule, severity) (lagwatch_alerts_firing{{{CLUSTER}}}) > 0")
+        .expr(f"lagwatch_group_alerts_firing{{{SEL}}}")
     )
     d = d.annotation(
         db.AnnotationQuery()

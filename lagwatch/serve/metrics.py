@@ -204,6 +204,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
 
 def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]) -> bytes:
     f = _Families()
+    alerts = list(alerts)  # read twice below
     for rt in clusters:
         _cluster(f, rt)
     firing = f.gauge("alerts_firing", "Firing alerts by rule and severity", ["cluster", "rule", "severity"])
@@ -214,6 +215,15 @@ def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_s
             counts[key] = counts.get(key, 0) + 1
     for (cluster, rule, severity), n in sorted(counts.items()):
         f.set(firing, [cluster, rule, severity], n)
+    # Per group too, for dashboards of one group: only firing alerts, so the series stay few.
+    by_group = f.gauge(
+        "group_alerts_firing", "1 for each firing alert of a group", ["cluster", "group", "rule", "severity"]
+    )
+    firing_of_groups = {
+        (a.cluster, a.group or "", a.rule, a.severity) for a in alerts if a.state == "firing" and a.group
+    }
+    for cluster, group, rule, severity in sorted(firing_of_groups):
+        f.set(by_group, [cluster, group, rule, severity], 1)
     f.set(f.gauge("notifications_queued", "Notifications waiting for delivery", []), [], notify_stats.get("queued", 0))
     f.set(f.counter("notifications_delivered", "Notifications delivered", []), [], notify_stats.get("delivered", 0))
     f.set(
