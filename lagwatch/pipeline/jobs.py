@@ -21,7 +21,7 @@ from lagwatch.errors import ConfigError, LagwatchError, exit_code_of
 if TYPE_CHECKING:
     from lagwatch.config import ClusterConfig
 
-# command name -> (module, help). Later: report, compact.
+# command name -> (module, help). Later: report.
 JOBS: dict[str, tuple[str, str]] = {
     "offsets-topic": (
         "lagwatch.pipeline.offsets_topic",
@@ -30,6 +30,10 @@ JOBS: dict[str, tuple[str, str]] = {
     "backtest": (
         "lagwatch.pipeline.backtest",
         "replay the lag history lake through the daemon's own pipeline step under candidate configs",
+    ),
+    "compact": (
+        "lagwatch.pipeline.compact",
+        "merge the lake's small Parquet files into one per partition, safely while the daemon writes",
     ),
 }
 

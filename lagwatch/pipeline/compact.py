@@ -1,0 +1,315 @@
+"""`compact`: per Hive partition of the lake (dataset / cluster= / date=), merges the daemon's many small Parquet
+files into one, safely while the daemon keeps writing.
+
+The merge uses pyarrow, not Spark: a partition is one cluster's day (small enough to stream file by file through one
+process), pyarrow keeps the daemon's exact Arrow schema (int16 columns, UTC microsecond timestamps and the
+`lagwatch.schema_version` file metadata, which a Spark round trip would rewrite or drop), it reaches the same targets
+as the daemon's writer (`pyarrow.fs`: local, s3://, gs://, hdfs://) with the same rename-into-place, and it needs
+neither Java nor a JVM start. `--master` is accepted like the other jobs' but unused.
+
+Per partition:
+    1. list it once: only the files present now, named `part-*.parquet` (never `.tmp-*`), last written at least
+       `--older-than-hours` ago, are inputs; files the daemon adds later are never touched;
+    2. the merged file's name is derived from the inputs' names: `part-compact-<sha256[:16]>.parquet`, and its footer
+       lists them (`lagwatch.compacted_from`);
+    3. it is written as `.tmp-compact-<hash>.parquet` (hidden from readers; the daemon's retention deletes a stale
+       one) and renamed into place once complete and its row count checked;
+    4. only then are exactly the listed inputs deleted.
+A crash leaves either the inputs alone, or the merged file plus (some of) its inputs. Before listing, every
+`part-compact-*` file whose recorded inputs are still there has those inputs deleted (they are already in it); and
+if the name for this listing already exists, the inputs are deleted without merging again. No row is counted twice.
+A partition with fewer than two inputs is left as it is, so a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagwatch.errors import LagwatchError
+
+DATASETS = ("snapshots", "alerts", "config")  # lagwatch.lake.writer.DATASETS (not imported: it needs pyarrow)
+COMPACT_PREFIX = "part-compact-"
+INPUTS_KEY = b"lagwatch.compacted_from"
+ROW_GROUP_ROWS = 256_000  # rows buffered before a row group is written (the daemon's files are much smaller)
+
+
+class CompactError(LagwatchError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    name: str
+    size: int
+
+
+@dataclass
+class CompactSummary:
+    partitions_seen: int = 0
+    partitions_compacted: int = 0
+    partitions_recovered: int = 0  # a crashed run's merged file found with its inputs still there
+    files_before: int = 0  # in the compacted partitions: the inputs...
+    files_after: int = 0  # ...and the merged files
+    bytes_before: int = 0
+    bytes_after: int = 0
+    inputs_deleted: int = 0  # duplicates of a crashed run's merged file, deleted
+    seconds: float = 0.0
+    compacted: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"compacted {self.partitions_compacted} of {self.partitions_seen} partition(s): "
+            f"files {self.files_before} -> {self.files_after}, bytes {self.bytes_before} -> {self.bytes_after}"
+            + (
+                f"; recovered {self.partitions_recovered} partition(s) from an earlier run "
+                f"({self.inputs_deleted} already-merged input(s) deleted)"
+                if self.partitions_recovered
+                else ""
+            )
+            + f"; {self.seconds:.1f} s"
+        )
+
+
+def _say(message: str) -> None:
+    print(f"compact: {message}", file=sys.stderr, flush=True)
+
+
+def merged_name(inputs: Sequence[str]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(inputs)).encode()).hexdigest()[:16]
+    return f"{COMPACT_PREFIX}{digest}.parquet"
+
+
+def _datasets(dataset: str) -> tuple[str, ...]:
+    if dataset == "all":
+        return DATASETS
+    if dataset not in DATASETS:
+        raise CompactError(f"--dataset: no dataset {dataset!r} (one of {', '.join(DATASETS)}, all)")
+    return (dataset,)
+
+
+def _open_lake(lake: str, datasets: Sequence[str]) -> tuple[Any, str]:
+    try:
+        from pyarrow import fs
+    except ImportError:
+        raise CompactError("compact needs the spark extra's pyarrow: pip install 'lagwatch[spark]'") from None
+    from lagwatch.lake.writer import open_filesystem
+
+    try:
+        filesystem, root = open_filesystem(lake)
+        infos = filesystem.get_file_info([root, *(f"{root}/{d}" for d in datasets)])
+    except Exception as e:
+        raise CompactError(f"--lake {lake}: cannot open it: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    if infos[0].type != fs.FileType.Directory:
+        raise CompactError(f"--lake {lake}: no such directory")
+    if not any(info.type == fs.FileType.Directory for info in infos[1:]):
+        raise CompactError(f"--lake {lake}: no lake there (no {'/, '.join(datasets)}/ directory)")
+    return filesystem, root
+
+
+def _partitions(filesystem: Any, root: str, datasets: Sequence[str]) -> list[str]:
+    from pyarrow import fs
+
+    found = []
+    for dataset in datasets:
+        base = f"{root}/{dataset}"
+        if filesystem.get_file_info(base).type != fs.FileType.Directory:
+            continue
+        for cluster_dir in sorted(filesystem.get_file_info(fs.FileSelector(base)), key=lambda i: i.path):
+            if cluster_dir.type != fs.FileType.Directory or not cluster_dir.base_name.startswith("cluster="):
+                continue
+            for date_dir in sorted(filesystem.get_file_info(fs.FileSelector(cluster_dir.path)), key=lambda i: i.path):
+                if date_dir.type == fs.FileType.Directory and date_dir.base_name.startswith("date="):
+                    found.append(date_dir.path)
+    return found
+
+
+def _recover(filesystem: Any, files: list[Any]) -> int:
+    """Deletes the inputs of a crashed run that are still next to its (complete) merged file. Returns how many."""
+    import pyarrow.parquet as pq
+
+    present = {f.base_name: f for f in files}
+    deleted = 0
+    for info in files:
+        if not info.base_name.startswith(COMPACT_PREFIX):
+            continue
+        with filesystem.open_input_file(info.path) as handle:
+            metadata = pq.ParquetFile(handle).schema_arrow.metadata or {}
+        recorded = json.loads(metadata.get(INPUTS_KEY, b"[]"))
+        for name in recorded:
+            if name in present and name != info.base_name:
+                filesystem.delete_file(present.pop(name).path)
+                deleted += 1
+    return deleted
+
+
+def _merge(filesystem: Any, directory: str, inputs: Sequence[InputFile], name: str) -> int:
+    """Streams the inputs into `directory/name` (temp name, then renamed); returns its size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows_in = 0
+    schema = None
+    for f in inputs:
+        with filesystem.open_input_file(f.path) as handle:
+            parquet = pq.ParquetFile(handle)
+            file_schema = parquet.schema_arrow
+            if schema is None:
+                schema = file_schema
+            elif not file_schema.equals(schema, check_metadata=False):
+                raise CompactError(f"{directory}: {f.name} has another schema than {inputs[0].name}; left as it is")
+            rows_in += parquet.metadata.num_rows
+    assert schema is not None
+    metadata = {**(schema.metadata or {}), INPUTS_KEY: json.dumps(sorted(f.name for f in inputs)).encode()}
+    schema = schema.with_metadata(metadata)
+    tmp, final = f"{directory}/.tmp-{name.removeprefix('part-')}", f"{directory}/{name}"
+    try:
+        with filesystem.open_output_stream(tmp) as out, pq.ParquetWriter(out, schema, compression="zstd") as writer:
+            pending: list[Any] = []
+            buffered = 0
+            for f in inputs:
+                with filesystem.open_input_file(f.path) as handle:
+                    table = pq.ParquetFile(handle).read().replace_schema_metadata(metadata)
+                pending.append(table)
+                buffered += table.num_rows
+                if buffered >= ROW_GROUP_ROWS:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+                    pending, buffered = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+        with filesystem.open_input_file(tmp) as handle:
+            rows_out = pq.ParquetFile(handle).metadata.num_rows
+        if rows_out != rows_in:
+            raise CompactError(f"{directory}: merged {rows_out} rows from {rows_in}; inputs left as they are")
+        filesystem.move(tmp, final)
+    except BaseException:
+        # Not written yet, or the target refuses even this: the daemon's retention prunes stale `.tmp-` files.
+        with contextlib.suppress(Exception):
+            filesystem.delete_file(tmp)
+        raise
+    return int(filesystem.get_file_info(final).size or 0)
+
+
+def _delete_inputs(filesystem: Any, inputs: Sequence[InputFile]) -> None:
+    for f in inputs:
+        filesystem.delete_file(f.path)
+
+
+def compact_partition(
+    filesystem: Any, directory: str, older_than_s: float, now: float, summary: CompactSummary
+) -> bool:
+    """Compacts one partition directory; True when it merged (or finished merging) files."""
+    from pyarrow import fs
+
+    listing = [
+        i
+        for i in filesystem.get_file_info(fs.FileSelector(directory))
+        if i.type == fs.FileType.File and i.base_name.startswith("part-") and i.base_name.endswith(".parquet")
+    ]
+    deleted = _recover(filesystem, listing)
+    if deleted:
+        summary.partitions_recovered += 1
+        summary.inputs_deleted += deleted
+        listing = [i for i in listing if filesystem.get_file_info(i.path).type == fs.FileType.File]
+    inputs = [
+        InputFile(i.path, i.base_name, int(i.size or 0))
+        for i in listing
+        if i.mtime is not None and now - i.mtime.timestamp() >= older_than_s
+    ]
+    if len(inputs) < 2:
+        return False
+    name = merged_name([f.name for f in inputs])
+    existing = filesystem.get_file_info(f"{directory}/{name}")
+    if existing.type == fs.FileType.File:  # this very merge already happened; its inputs were not all deleted
+        size = int(existing.size or 0)
+        summary.partitions_recovered += 1
+        summary.inputs_deleted += len(inputs)
+    else:
+        size = _merge(filesystem, directory, inputs, name)
+    _delete_inputs(filesystem, inputs)
+    summary.partitions_compacted += 1
+    summary.files_before += len(inputs)
+    summary.files_after += 1
+    summary.bytes_before += sum(f.size for f in inputs)
+    summary.bytes_after += size
+    summary.compacted.append(directory)
+    return True
+
+
+def compact_lake(
+    lake: str,
+    dataset: str = "all",
+    older_than_hours: float = 1.0,
+    say: Callable[[str], None] = _say,
+    clock: Callable[[], float] = time.time,
+) -> CompactSummary:
+    """Compacts every partition of the chosen dataset(s). Raises CompactError on bad input."""
+    if not older_than_hours >= 0:
+        raise CompactError(f"--older-than-hours: must be 0 or more, not {older_than_hours}")
+    datasets = _datasets(dataset)
+    filesystem, root = _open_lake(lake, datasets)
+    started = time.monotonic()
+    summary = CompactSummary()
+    partitions = _partitions(filesystem, root, datasets)
+    say(f"{len(partitions)} partition(s) in {lake} ({', '.join(datasets)})")
+    for directory in partitions:
+        summary.partitions_seen += 1
+        before = summary.files_before, summary.bytes_before, summary.bytes_after
+        try:
+            merged = compact_partition(filesystem, directory, older_than_hours * 3600, clock(), summary)
+        except CompactError as e:
+            say(str(e))
+            continue
+        if merged:
+            relative = directory.removeprefix(root).lstrip("/")
+            files, size = summary.files_before - before[0], summary.bytes_before - before[1]
+            say(f"{relative}: {files} files ({size} bytes) -> 1 ({summary.bytes_after - before[2]} bytes)")
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+# -- the command ------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lake", required=True, help="the lake's path or URI (local, s3://, gs://, hdfs://)")
+    parser.add_argument(
+        "--dataset", default="all", help="snapshots, alerts, config, or all (default: all)", metavar="DATASET"
+    )
+    parser.add_argument(
+        "--older-than-hours",
+        default="1",
+        metavar="HOURS",
+        help="merge only files last written at least this long ago (default 1: the active partition is left alone)",
+    )
+    parser.add_argument(
+        "--master", default=None, help="accepted like the other jobs' but unused: compact runs on pyarrow"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:  # parsed here, not by argparse, for a one-line error
+        hours = float(args.older_than_hours)
+    except ValueError:
+        raise CompactError(f"--older-than-hours: not a number: {args.older_than_hours!r}") from None
+    summary = compact_lake(args.lake, args.dataset, hours)
+    print(summary.line())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lagwatch.pipeline.jobs import run_main
+
+    return run_main("lagwatch pipeline compact", add_arguments, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
