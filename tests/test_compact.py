@@ -245,6 +245,18 @@ def test_the_command_prints_a_summary(tmp_path: Path) -> None:
     assert again.returncode == 0 and "compacted 0 of 3 partition(s)" in again.stdout, again.stderr
 
 
+def test_the_lake_can_come_from_the_daemons_config(tmp_path: Path) -> None:
+    """As the Helm chart's CronJob runs it: `--config` with the daemon's configuration, whose lake.path it uses."""
+    lake = tmp_path / "lake"
+    build_lake(lake, polls_per_day=3)
+    config = tmp_path / "lagwatch.yaml"
+    config.write_text(f"lake: {{enabled: true, path: '{lake}'}}\n")
+    done = _cli("--config", str(config), "--dataset", "snapshots")
+    assert done.returncode == 0 and "compacted 2 of 2 partition(s)" in done.stdout, done.stderr
+    neither = _cli("--dataset", "snapshots")
+    assert neither.returncode == 2 and "--lake or --config" in neither.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lagwatch.errors import LagwatchError
@@ -280,7 +281,10 @@ def compact_lake(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lake", required=True, help="the lake's path or URI (local, s3://, gs://, hdfs://)")
+    parser.add_argument("--lake", help="the lake's path or URI (local, s3://, gs://, hdfs://)")
+    parser.add_argument(
+        "--config", type=Path, help="the daemon's configuration: its lake.path, when --lake is not given"
+    )
     parser.add_argument(
         "--dataset", default="all", help="snapshots, alerts, config, or all (default: all)", metavar="DATASET"
     )
@@ -300,7 +304,14 @@ def run(args: argparse.Namespace) -> int:
         hours = float(args.older_than_hours)
     except ValueError:
         raise CompactError(f"--older-than-hours: not a number: {args.older_than_hours!r}") from None
-    summary = compact_lake(args.lake, args.dataset, hours)
+    lake = args.lake
+    if lake is None:
+        if args.config is None:
+            raise CompactError("--lake or --config: say where the lake is")
+        from lagwatch.config import load_settings
+
+        lake = str(load_settings(args.config).lake.path)
+    summary = compact_lake(lake, args.dataset, hours)
     print(summary.line())
     return 0
 
