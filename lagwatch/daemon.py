@@ -64,7 +64,6 @@ class Daemon:
         )
         self.routes = {name: route for name, (_, route) in configured.items()}
         self.book, self.outbox = self._load_alerts()
-        self._saved: tuple[object, ...] | None = None
         self.dispatcher = Dispatcher(
             self.outbox, self.notifiers, self.save_outbox, clock, max_age_s=settings.notifiers.max_age_s
         )
@@ -144,7 +143,6 @@ class Daemon:
             if self.state_owed:
                 log.warning("alert state saved again", extra={"failed_saves": self.state_failures})
             self.state_owed = False
-            self._saved = self.book.fingerprint()
 
     def save_outbox(self) -> None:
         """After a delivery: the outbox rows only (the notifier workers count and retry failures)."""
@@ -189,9 +187,11 @@ class Daemon:
         snapshot = runtime.poller.poll()
         with runtime.lock:
             evaluation = self.pipelines[name].step(snapshot)
+        if self.lake is not None:
+            self.lake.record_poll(snapshot, evaluation)
         with self.book_lock:
             if self.lake is not None:  # before _flush: the transitions this step made, then notifications
-                self.lake.record(snapshot, evaluation, self.book)
+                self.lake.record_transitions(snapshot, evaluation, self.book)
             self._flush(self.clock())
         runtime.latest, runtime.evaluation = snapshot, evaluation
         runtime.polls += 1
@@ -274,8 +274,8 @@ class Daemon:
             notifications = self.book.due(now)
             for n in notifications:
                 self.outbox.add([n], [n.receiver])
-            if notifications or self.state_owed or self.book.fingerprint() != self._saved:
-                self.save_alerts()  # not on every poll: only when something that must survive a restart changed
+            # The database writes only the rows whose state changed: after most polls, nothing at all.
+            self.save_alerts()
 
     def _on_job_event(self, event: JobExecutionEvent) -> None:
         runtime = self.clusters.get(event.job_id.removeprefix("poll:"))

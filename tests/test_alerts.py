@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 from lagwatch.alerts import AlertBook, AlertsConfig
 from lagwatch.model import Finding
@@ -90,10 +90,16 @@ def test_silence_suppresses_until_it_ends() -> None:
     assert step(b, [finding(group="batch-1")], 1000) == ["firing"]
 
 
-def test_restart_from_saved_state_sends_no_duplicate() -> None:
+def test_restart_from_saved_state_sends_no_duplicate(tmp_path: Path) -> None:
+    from lagwatch.notify import Outbox
+    from lagwatch.state.db import StateDatabase
+
     b = book(group_wait_s=0)
     assert step(b, [finding()], 0) == ["firing"]
-    saved = json.loads(json.dumps(b.to_json()))
+    db = StateDatabase(tmp_path).open()  # saved as the daemon saves it, read back as after a restart
+    db.save(b, Outbox())
+    db.close()
+    saved = StateDatabase(tmp_path).open().load_alerts()["book"]
     again = AlertBook.from_json(b.config, saved)
     assert step(again, [finding()], 30) == []  # same alert, already announced
     assert step(again, [], 400) == ["resolved"]  # and it resolves as one would expect

@@ -32,7 +32,7 @@ def test_a_delivery_writes_one_row_not_the_whole_state(tmp_path: Path) -> None:
     notes = book.due(0.0)
     outbox.add(notes, ["log"])
     first = store.save_alerts(book, outbox)
-    assert first == 1000 + 1000 + 1000  # alerts, groups, queued notifications
+    assert first == 1000 + 1000 + 1000 + 1  # alerts, groups, queued notifications, and the notification sequence
     delivery = outbox.due(1.0, "log")[0]
     outbox.done(delivery, {"ts": "1"})
     assert store.save_alerts(None, outbox) == 2  # the delivered row goes, its reference comes

@@ -434,32 +434,7 @@ class AlertBook:
             },
         )
 
-    def fingerprint(self) -> tuple[object, ...]:
-        """What must survive a restart: alert states, what each group announced, silences. Not the figures in
-        summaries, which the next poll brings back."""
-        return (
-            self.sequence,
-            tuple(sorted((a.key, a.state, a.severity) for a in self.alerts.values())),
-            tuple(
-                sorted(
-                    (g.key, tuple(sorted((r, tuple(sorted(n.items()))) for r, n in g.notified.items())))
-                    for g in self.groups.values()
-                )
-            ),
-            tuple(sorted((k, tuple(sorted(st.members))) for k, st in self.storms.items())),
-            tuple(s.id for s in self.silences),
-        )
-
-    # -- persistence --------------------------------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sequence": self.sequence,
-            "alerts": [asdict(a) for a in self.alerts.values()],
-            "groups": [asdict(g) for g in self.groups.values()],
-            "storms": [asdict(st) for st in self.storms.values()],
-            "silences": [asdict(s) for s in self.silences if s.created_by != "config"],
-        }
+    # -- persistence (rows in the state database: see lagwatch/state/db.py) ---------------------------------
 
     @classmethod
     def from_json(

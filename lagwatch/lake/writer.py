@@ -159,7 +159,13 @@ class LakeWriter:
         self._add(_Batch("config", cluster, codec.date_of(now), columns, 1, time.monotonic()))
 
     def record(self, snapshot: ClusterSnapshot, evaluation: Evaluation, book: AlertBook) -> list[Transition]:
-        """After each step, under the book's lock: the poll, and the alert transitions the step made."""
+        """After each step: the poll, and the alert transitions the step made."""
+        self.record_poll(snapshot, evaluation)
+        return self.record_transitions(snapshot, evaluation, book)
+
+    def record_poll(self, snapshot: ClusterSnapshot, evaluation: Evaluation) -> None:
+        """The poll's rows. Needs no lock on the alert book: the daemon calls it outside (the costly part, about
+        0.5 s at 100k group-partitions, must not hold up the other clusters and the API)."""
         figures: dict[str, dict[TopicPartition, tuple[int | None, str, float | None, bool, bool]]] = {}
         for group_id, measure in evaluation.measures.items():
             figures[group_id] = {
@@ -173,14 +179,19 @@ class LakeWriter:
                 for m in measure.partitions
             }
         columns = codec.snapshot_rows(snapshot, figures)
-        now = time.monotonic()
         date = codec.date_of(snapshot.taken_at)
-        self._add(_Batch("snapshots", snapshot.cluster, date, columns, len(columns["ordinal"]), now))
+        self._add(_Batch("snapshots", snapshot.cluster, date, columns, len(columns["ordinal"]), time.monotonic()))
+
+    def record_transitions(
+        self, snapshot: ClusterSnapshot, evaluation: Evaluation, book: AlertBook
+    ) -> list[Transition]:
+        """The alert transitions the step made; under the book's lock, before notifications are taken from it."""
         tracker = self.trackers.setdefault(snapshot.cluster, TransitionTracker(snapshot.cluster))
         transitions = tracker.observe(book, evaluation.now)
         if transitions:
             alert_columns = transition_rows(transitions, self.config_hashes.get(snapshot.cluster, ""))
-            self._add(_Batch("alerts", snapshot.cluster, date, alert_columns, len(transitions), now))
+            date = codec.date_of(snapshot.taken_at)
+            self._add(_Batch("alerts", snapshot.cluster, date, alert_columns, len(transitions), time.monotonic()))
         return transitions
 
     def stop(self, timeout: float = 30.0) -> None:

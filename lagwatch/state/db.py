@@ -166,6 +166,8 @@ class StateDatabase:
                 for k, a in rows["alerts"].items()
             }
             sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
+            if sequence:
+                self._written["meta"] = {"sequence": sequence[0]}
             deliveries = []
             for key, _seq, notifier, body, attempts, next_at, error, in_flight in self.db.execute(
                 "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error, in_flight FROM outbox "
@@ -173,7 +175,7 @@ class StateDatabase:
             ):
                 notification = self._parse("outbox", key, body)
                 if notification is not None:
-                    self._written["outbox"][key] = _dumps([body, attempts, next_at, error, bool(in_flight)])
+                    self._written["outbox"][key] = f"{attempts}|{next_at}|{error}|{bool(in_flight)}"
                     deliveries.append(
                         {
                             "notification": notification,
@@ -253,64 +255,56 @@ class StateDatabase:
             wanted["alert_groups"] = {g.key: _dumps(vars(g)) for g in book.groups.values()}
             wanted["storms"] = {s.key: _dumps(vars(s)) for s in book.storms.values()}
             wanted["silences"] = {s.id: _dumps(vars(s)) for s in book.silences if s.created_by != "config"}
+            wanted["meta"] = {"sequence": str(book.sequence)}
         wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
-        deliveries = {
-            f"{d.notifier}|{d.notification.id}": (d, _dumps(d.notification.to_json())) for d in outbox.deliveries
+        # A queued notification never changes, only its delivery state: its body is written once, with the row.
+        deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
+        wanted["outbox"] = {
+            key: f"{d.attempts}|{d.next_attempt_at}|{d.last_error}|{d.in_flight}" for key, d in deliveries.items()
         }
-        wanted_outbox = {
-            key: _dumps([body, d.attempts, d.next_attempt_at, d.last_error, d.in_flight])
-            for key, (d, body) in deliveries.items()
-        }
-        changes = 0
-        with self._transaction() as db:
-            for table, rows in wanted.items():
-                changes += self._sync_rows(db, table, rows, alert_bodies if table == "alerts" else None)
-            written = self._written["outbox"]
-            for key in [k for k in written if k not in wanted_outbox]:
-                db.execute("DELETE FROM outbox WHERE id = ?", (key,))
-                changes += 1
-            for key, state in wanted_outbox.items():
-                if written.get(key) != state:
-                    d, body = deliveries[key]
-                    db.execute(
-                        "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            key,
-                            d.notification.id,
-                            d.notifier,
-                            body,
-                            d.attempts,
-                            d.next_attempt_at,
-                            d.last_error,
-                            d.in_flight,
-                        ),
-                    )
-                    changes += 1
-            if book is not None:
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('sequence', ?)", (str(book.sequence),))
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for table, rows in wanted.items():
+            statements += self._row_changes(table, rows, alert_bodies, deliveries)
+        if statements:  # no transaction (and no fsync) for a save that changes nothing, as after most polls
+            with self._transaction() as db:
+                for sql, params in statements:
+                    db.execute(sql, params)
         # Only now is it on disk: from here on, saves need not write it again.
         for table, rows in wanted.items():
             self._written[table] = dict(rows)
-        self._written["outbox"] = wanted_outbox
-        self.writes += changes
-        return changes
+        self.writes += len(statements)
+        return len(statements)
 
-    def _sync_rows(
-        self, db: sqlite3.Connection, table: str, rows: dict[str, str], bodies: dict[str, Any] | None = None
-    ) -> int:
-        """`rows`: key -> what identifies the row's content (the body itself, or a fingerprint with `bodies`)."""
-        written = self._written[table]
-        column = "id" if table == "silences" else "key"
-        changes = 0
-        for key in [k for k in written if k not in rows]:
-            db.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
-            changes += 1
+    def _row_changes(
+        self, table: str, rows: dict[str, str], alert_bodies: dict[str, Any], deliveries: dict[str, Any]
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements that bring `table` from what was written to `rows` (key -> what identifies the row's
+        content: the body itself, or for alerts and the outbox a fingerprint of their state)."""
+        written = self._written.setdefault(table, {})
+        column = {"silences": "id", "outbox": "id", "meta": "name"}.get(table, "key")
+        out: list[tuple[str, tuple[Any, ...]]] = [
+            (f"DELETE FROM {table} WHERE {column} = ?", (key,)) for key in written if key not in rows
+        ]
         for key, content in rows.items():
-            if written.get(key) != content:
-                body = content if bodies is None else _dumps(vars(bodies[key]))
-                db.execute(f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (key, body))
-                changes += 1
-        return changes
+            if written.get(key) == content:
+                continue
+            if table == "outbox":
+                d = deliveries[key]
+                values: tuple[Any, ...] = (
+                    key,
+                    d.notification.id,
+                    d.notifier,
+                    _dumps(d.notification.to_json()),
+                    d.attempts,
+                    d.next_attempt_at,
+                    d.last_error,
+                    d.in_flight,
+                )
+                out.append(("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values))
+            else:
+                body = _dumps(vars(alert_bodies[key])) if table == "alerts" else content
+                out.append((f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (key, body)))
+        return out
 
     def import_json_state(self, raw: dict[str, Any]) -> None:
         """The alerts.json of older versions, row by row as it was (the book converts old shapes when it loads)."""
