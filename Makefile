@@ -9,7 +9,8 @@ KAFKA_VERSION ?= 4.1.2
 # Java 17 and Maven run the local Kafka broker; the tests scrape lagwatch with Debian's Prometheus.
 # Installed from Debian's packages when missing.
 SYSTEM_PACKAGES := $(if $(shell command -v java),,openjdk-17-jre-headless) $(if $(shell command -v mvn),,maven)
-TEST_PACKAGES := $(if $(shell command -v prometheus),,prometheus)
+# Headless Chromium opens the Spark report's HTML page in the tests, as a person would.
+TEST_PACKAGES := $(if $(shell command -v prometheus),,prometheus) $(if $(shell command -v chromium),,chromium)
 
 system-deps:
 	@if [ -n "$(strip $(SYSTEM_PACKAGES))" ]; then \

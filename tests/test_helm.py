@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from lagwatch.cli import _parser
 from lagwatch.serve.app import openapi_document
 from tests.helm_tool import CHART, ROOT, helm_binary, template
 
@@ -289,6 +290,10 @@ def test_full_values_render_every_optional_part() -> None:
             != deployment["spec"]["template"]["spec"]["serviceAccountName"]
         )
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        parsed = _parser().parse_args(container["args"])  # the command line lagwatch itself would accept
+        assert parsed.lake == "s3a://lake/lagwatch" and str(parsed.config) == "/etc/lagwatch/lagwatch.yaml"
+        if command == "report":
+            assert parsed.last_days == 1  # yesterday, each day
     assert by_kind(render("default"), "CronJob") == []  # off by default
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
         "registry.example/lagwatch@sha256:"

@@ -27,7 +27,8 @@ from lagwatch.model import (
     TopicPartition,
 )
 
-SCHEMA_VERSION = 1
+# 2: group rows carry `expires_at`. Readers take both (a column missing from version-1 files reads as null).
+SCHEMA_VERSION = 2
 
 # Column name -> type (names of pyarrow types, so that this module needs no pyarrow). `cluster` and `date` are
 # the Hive partition keys: in the path, not in the files.
@@ -68,6 +69,7 @@ SNAPSHOT_COLUMNS: dict[str, str] = {
     "requests_json": "string",
     "missing_topics_json": "string",
     "record_times_json": "string",  # [[topic, partition, offset, written_at]]
+    "expires_at": "float64",  # group rows (version 2): the earliest time the group's offsets can expire
 }
 
 ALERT_COLUMNS: dict[str, str] = {
@@ -119,9 +121,12 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
+def snapshot_rows(
+    snapshot: ClusterSnapshot, figures: LagFigures, expiries: Mapping[str, float] | None = None
+) -> Columns:
     """One poll as columns. `figures`: per group and partition (lag, lag state, seconds, estimated, exact), as the
-    daemon's evaluation computed them; partitions without figures get lag and state from the offsets alone."""
+    daemon's evaluation computed them; partitions without figures get lag and state from the offsets alone.
+    `expiries`: per group, the earliest time its offsets can expire (the evaluation's)."""
     from lagwatch.lag.offsets import partition_lag  # pure core
 
     names = list(SNAPSHOT_COLUMNS)
@@ -179,6 +184,7 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
                 ]
             ),
             group_error=g.error,
+            expires_at=(expiries or {}).get(g.group_id),
         )
         member_of = g.member_of()
         group_figures = figures.get(g.group_id, {})
@@ -203,7 +209,7 @@ def snapshot_rows(snapshot: ClusterSnapshot, figures: LagFigures) -> Columns:
                     offsets.last_stable if offsets else None, offsets.error if offsets else None,
                     fig[0], fig[1], fig[2], fig[3], fig[4],
                     member.member_id if member else None,
-                    None, None, None, None, None, None, None,
+                    None, None, None, None, None, None, None, None,
                 )
             )  # fmt: skip
     for tp, offsets in snapshot.partitions.items():

@@ -178,7 +178,7 @@ class LakeWriter:
                 )
                 for m in measure.partitions
             }
-        columns = codec.snapshot_rows(snapshot, figures)
+        columns = codec.snapshot_rows(snapshot, figures, evaluation.expiries)
         date = codec.date_of(snapshot.taken_at)
         self._add(_Batch("snapshots", snapshot.cluster, date, columns, len(columns["ordinal"]), time.monotonic()))
 

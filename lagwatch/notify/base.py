@@ -9,7 +9,7 @@ The dispatcher decides what happens next from the error's class alone:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from lagwatch.alerts import Notification
 
@@ -37,6 +37,16 @@ class Notifier(Protocol):
         """Delivers `notification`. `ref` is what this notifier returned for the group's previous notification
         (to update a message in place); the return value is kept for the next one. Raises on failure."""
         ...
+
+
+@runtime_checkable
+class DigestPoster(Protocol):
+    """A notifier that can also post a digest (the Spark report's daily summary): a title and a few lines of Slack
+    mrkdwn. Once, no outbox: the report is on disk either way, and a failure is the job's one-line error."""
+
+    name: str
+
+    def post_digest(self, title: str, lines: list[str]) -> None: ...
 
 
 def http_status_error(what: str, status: int, retry_after: str | None = None, detail: str = "") -> DeliveryError:

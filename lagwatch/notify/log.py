@@ -39,3 +39,6 @@ class LogNotifier:
             },
         )
         return None
+
+    def post_digest(self, title: str, lines: list[str]) -> None:
+        log.info(f"{title}: " + "; ".join(lines), extra={"kind": "digest"})

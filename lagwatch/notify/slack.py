@@ -156,6 +156,15 @@ class SlackNotifier:
             self._post(notification, key + "|reply", ref["channel"], maybe_sent, thread_ts=ref["ts"], text=reply)
         return ref
 
+    def post_digest(self, title: str, lines: list[str]) -> None:
+        """The report's digest in the default channel (rate limits and 5xx: slack-sdk's retries)."""
+        text = "\n".join(lines)
+        blocks = [
+            {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+        ]
+        self._call("chat_postMessage", self.config.default_channel, text=f"{title}\n{text}"[:3000], blocks=blocks)
+
 
 # Slack's answers (the `error` field) that no retry can change: credentials, channel, or the message itself.
 # Anything not listed (ratelimited, internal_error, fatal_error, service_unavailable, request_timeout, and codes
@@ -256,3 +265,11 @@ class SlackWebhookNotifier:
                 str(response.body)[:100],
             )
         return None
+
+    def post_digest(self, title: str, lines: list[str]) -> None:
+        try:
+            response = self.client.send(text=f"*{title}*\n" + "\n".join(lines))
+        except Exception as e:  # the URL is a secret: only the error's kind
+            raise RetryableError(f"slack webhook: {type(e).__name__}") from None
+        if response.status_code != 200:
+            raise http_status_error("slack webhook", response.status_code, None, str(response.body)[:100])

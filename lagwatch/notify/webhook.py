@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.alerts import Notification
-from lagwatch.notify.base import RetryableError, http_status_error
+from lagwatch.notify.base import PermanentError, RetryableError, http_status_error
 from lagwatch.notify.settings import WebhookConfig
 
 _FIELDS = (
@@ -83,6 +83,15 @@ class WebhookNotifier:
             body: Any = alertmanager_body(notification, self.hold_s)
         else:
             url, body = self.config.url, lagwatch_body(notification)
+        self._post(url, body)
+        return None
+
+    def post_digest(self, title: str, lines: list[str]) -> None:
+        if self.config.format == "alertmanager":
+            raise PermanentError(f"webhook {self.name} speaks Alertmanager's API, which has no place for a digest")
+        self._post(self.config.url, {"version": 1, "kind": "digest", "title": title, "lines": lines})
+
+    def _post(self, url: str, body: Any) -> None:
         request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         request.add_header("Content-Type", "application/json")
         request.add_header("User-Agent", "lagwatch")
@@ -97,4 +106,3 @@ class WebhookNotifier:
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             # Refused, reset, timed out, DNS, a garbled answer: the receiver may be back later.
             raise RetryableError(f"webhook {self.name}: {getattr(e, 'reason', None) or type(e).__name__}") from None
-        return None

@@ -279,13 +279,10 @@ def run_backtest(
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")  # cluster=123 is a name
-    from lagwatch.lake.codec import SNAPSHOT_COLUMNS, date_of
+    from lagwatch.lake.codec import SNAPSHOT_COLUMNS
+    from lagwatch.pipeline.lake_read import read_snapshots
 
-    df = spark.read.parquet(f"{lake_path}/snapshots")
-    if since is not None:
-        df = df.where((F.col("date") >= date_of(since)) & (F.col("taken_at") >= since))
-    if until is not None:
-        df = df.where((F.col("date") <= date_of(until)) & (F.col("taken_at") < until))
+    df = read_snapshots(spark, lake_path, since, until)
     df = df.select("cluster", *[c for c in SNAPSHOT_COLUMNS if c not in ("poll_time", "schema_version")])
     _say(f"reading {lake_path}")
     counts = (

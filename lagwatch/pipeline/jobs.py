@@ -21,7 +21,7 @@ from lagwatch.errors import ConfigError, LagwatchError, exit_code_of
 if TYPE_CHECKING:
     from lagwatch.config import ClusterConfig
 
-# command name -> (module, help). Later: report.
+# command name -> (module, help).
 JOBS: dict[str, tuple[str, str]] = {
     "offsets-topic": (
         "lagwatch.pipeline.offsets_topic",
@@ -30,6 +30,11 @@ JOBS: dict[str, tuple[str, str]] = {
     "backtest": (
         "lagwatch.pipeline.backtest",
         "replay the lag history lake through the daemon's own pipeline step under candidate configs",
+    ),
+    "report": (
+        "lagwatch.pipeline.report",
+        "per group and day: lag percentiles, time over thresholds, incidents, worst partitions, expiry near misses"
+        " (Parquet and one HTML page)",
     ),
     "compact": (
         "lagwatch.pipeline.compact",

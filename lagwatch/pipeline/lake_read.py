@@ -1,0 +1,43 @@
+"""Reading the lake in Spark with the schema the codec declares, not the one Spark infers.
+
+Inference would take the schema of whichever file Spark opens first: a version-1 file (no `expires_at`) would hide
+the column from every later file, and `cluster=123` would become a number. An explicit schema reads every version
+alike (a column a file lacks reads as null) and keeps the partition keys strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lagwatch.lake.codec import date_of
+
+_SPARK_TYPES = {
+    "int16": "smallint",
+    "int32": "int",
+    "int64": "bigint",
+    "float64": "double",
+    "string": "string",
+    "bool": "boolean",
+    "timestamp": "timestamp",
+}
+
+
+def spark_schema(columns: Mapping[str, str]) -> str:
+    """A Spark DDL schema for one of the codec's datasets, with the Hive partition keys (cluster, date) as strings."""
+    fields = [f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in columns.items()]
+    return ", ".join([*fields, "`cluster` string", "`date` string"])
+
+
+def read_snapshots(spark: Any, lake: str, since: float | None = None, until: float | None = None) -> Any:
+    """The lake's snapshot rows in [since, until), every schema version, as a DataFrame."""
+    from pyspark.sql import functions as F
+
+    from lagwatch.lake.codec import SNAPSHOT_COLUMNS
+
+    df = spark.read.schema(spark_schema(SNAPSHOT_COLUMNS)).parquet(f"{lake}/snapshots")
+    if since is not None:  # the date predicate prunes whole partitions before the rows are read
+        df = df.where((F.col("date") >= date_of(since)) & (F.col("taken_at") >= since))
+    if until is not None:
+        df = df.where((F.col("date") <= date_of(until)) & (F.col("taken_at") < until))
+    return df

@@ -1,0 +1,631 @@
+"""`report`: what the lake says about each consumer group, per day, as Parquet and as one self-contained HTML page.
+
+    lake partition rows (time range)
+      -> per poll and group-topic: lag (sum over partitions), lag seconds (max), over the lag rule's thresholds?
+      -> per poll and group: lag (sum), lag seconds (max), over warning / critical in any topic
+      -> group_daily:        per group and day, p50/p95/p99/max of lag and lag seconds, share of polls over each
+                             threshold (the SLO view), nearest offset expiry
+      -> worst_partitions:   per group and day, the partitions with the highest lag
+      -> incidents:          runs of polls over the warning threshold, their peak and how long catching up took
+      -> expiry_near_misses: groups whose offsets came within --expiry-margin of expiring
+      -> report.html:        the tables and plots (inline SVG; no script, no network)
+
+Definitions (the README repeats them; tests/test_report_spark.py recomputes every figure with pandas):
+- percentiles are exact (Spark's `percentile`, linear interpolation, as pandas' `quantile`), over the polls of the
+  day; a poll where no partition of the group had a lag is left out;
+- thresholds are the lag rule's (`rules.lag.warning/critical`, offsets and seconds, per group and topic with the
+  overrides), from --config or else the configuration the daemon recorded; a group-topic is over a threshold when
+  its lag or its lag seconds reaches it; the group is over when any of its topics is. Polls are evenly spaced, so
+  the share of polls is the share of observed time (time the daemon did not look counts for neither side);
+- an incident is a run of consecutive polls of the group over its warning threshold; it ends at the first poll
+  back under it; catch-up time runs from the peak (the first poll at the run's highest lag) to that end.
+
+Run as `lagwatch pipeline report ...`, `python -m lagwatch.pipeline.report ...`, or spark-submit on this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lagwatch.errors import LagwatchError
+
+PERCENTILES = (0.5, 0.95, 0.99)
+DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the expiry rule's warning point (75%)
+DEFAULT_WORST = 5
+DEFAULT_PLOTTED_GROUPS = 12
+SERIES_POINTS = 600  # per plotted group: enough for a line that reads well, small enough to inline as SVG
+
+
+class ReportError(LagwatchError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class LagThresholds:
+    """The lag rule of one group-topic, as the rules engine resolves it (None: not set / rule disabled)."""
+
+    warning_offsets: int | None
+    warning_seconds: float | None
+    critical_offsets: int | None
+    critical_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """The job's result, as pandas DataFrames (also written under the output directory)."""
+
+    group_daily: Any
+    worst_partitions: Any
+    incidents: Any
+    expiry_near_misses: Any
+    html_path: str
+    title: str
+
+
+def _lag_thresholds(resolver: Any, cluster: str, group: str, topic: str) -> LagThresholds:
+    rule = resolver.resolve(cluster, group, topic)[0].lag
+    if not rule.enabled:
+        return LagThresholds(None, None, None, None)
+    return LagThresholds(rule.warning.offsets, rule.warning.seconds, rule.critical.offsets, rule.critical.seconds)
+
+
+def thresholds_of(rules: Mapping[str, Any], cluster: str, group: str, topic: str) -> LagThresholds:
+    """The lag rule's thresholds for one group-topic: the daemon's own RuleResolver, overrides and all."""
+    from lagwatch.rules import RuleResolver, RulesConfig
+
+    return _lag_thresholds(RuleResolver(RulesConfig.model_validate(rules)), cluster, group, topic)
+
+
+# -- the Spark part -------------------------------------------------------------------------------------------------
+
+
+def _threshold_frame(spark: Any, keys: list[Any], rules_of: Mapping[str, Mapping[str, Any] | None]) -> Any:
+    from lagwatch.rules import RuleResolver, RulesConfig
+
+    resolvers = {c: RuleResolver(RulesConfig.model_validate(r)) for c, r in rules_of.items() if r is not None}
+    rows = []
+    for k in keys:
+        resolver = resolvers.get(k["cluster"])
+        if resolver is None:
+            raise ReportError(f"no recorded configuration for cluster {k['cluster']}: pass --config FILE")
+        t = _lag_thresholds(resolver, k["cluster"], k["group"], k["topic"])
+        figures = (t.warning_offsets, t.warning_seconds, t.critical_offsets, t.critical_seconds)
+        rows.append((k["cluster"], k["group"], k["topic"], *figures))
+    schema = (
+        "cluster string, `group` string, topic string, warning_offsets bigint, warning_seconds double, "
+        "critical_offsets bigint, critical_seconds double"
+    )
+    return spark.createDataFrame(rows, schema)
+
+
+def _over(offsets: str, seconds: str) -> Any:
+    """Lag or lag seconds at or over a threshold (a threshold not set, or a figure unknown, is never reached)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("lag") >= F.col(offsets), F.lit(False)) | F.coalesce(
+        F.col("lag_seconds") >= F.col(seconds), F.lit(False)
+    )
+
+
+def _percentiles(column: str, name: str) -> list[Any]:
+    from pyspark.sql import functions as F
+
+    values = F.expr(f"percentile({column}, array({', '.join(str(p) for p in PERCENTILES)}))")
+    return [values.alias(f"_{name}_pct")]
+
+
+def _spread(df: Any, name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    for i, p in enumerate(PERCENTILES):
+        df = df.withColumn(f"{name}_p{round(p * 100)}", F.col(f"_{name}_pct")[i])
+    return df.drop(f"_{name}_pct")
+
+
+def compute(
+    spark: Any,
+    lake: str,
+    rules_of: Mapping[str, Mapping[str, Any] | None],
+    since: float | None = None,
+    until: float | None = None,
+    expiry_margin_s: float = DEFAULT_EXPIRY_MARGIN_H * 3600,
+    worst: int = DEFAULT_WORST,
+) -> dict[str, Any]:
+    """The report's Spark DataFrames (lazy): group_daily, worst_partitions, incidents, expiry_near_misses, and
+    group_polls (per poll and group, for the plots)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from lagwatch.pipeline.lake_read import read_snapshots
+
+    rows = read_snapshots(spark, lake, since, until)
+    parts = rows.where(F.col("row_kind") == "partition").select(
+        "cluster", "date", "taken_at", "group", "topic", "partition", "lag", "lag_seconds"
+    )
+    topic_polls = parts.groupBy("cluster", "date", "taken_at", "group", "topic").agg(
+        F.sum("lag").alias("lag"), F.max("lag_seconds").alias("lag_seconds")
+    )
+    keys = topic_polls.select("cluster", "group", "topic").distinct().collect()
+    thresholds = _threshold_frame(spark, keys, rules_of)
+    topic_polls = topic_polls.join(F.broadcast(thresholds), ["cluster", "group", "topic"], "left")
+    topic_polls = topic_polls.withColumn("over_warning", _over("warning_offsets", "warning_seconds")).withColumn(
+        "over_critical", _over("critical_offsets", "critical_seconds")
+    )
+    group_polls = (
+        topic_polls.groupBy("cluster", "date", "taken_at", "group")
+        .agg(
+            F.sum("lag").alias("lag"),
+            F.max("lag_seconds").alias("lag_seconds"),
+            F.max(F.col("over_warning").cast("int")).alias("over_warning"),
+            F.max(F.col("over_critical").cast("int")).alias("over_critical"),
+        )
+        .cache()
+    )
+
+    daily = group_polls.groupBy("cluster", "date", "group").agg(
+        F.count("*").alias("polls"),
+        F.min("taken_at").alias("first_poll"),
+        F.max("taken_at").alias("last_poll"),
+        *_percentiles("lag", "lag"),
+        F.max("lag").alias("lag_max"),
+        *_percentiles("lag_seconds", "lag_seconds"),
+        F.max("lag_seconds").alias("lag_seconds_max"),
+        F.avg("over_warning").alias("share_over_warning"),
+        F.avg("over_critical").alias("share_over_critical"),
+    )
+    daily = _spread(_spread(daily, "lag"), "lag_seconds")
+
+    expiry = (
+        rows.where((F.col("row_kind") == "group") & F.col("expires_at").isNotNull())
+        .withColumn("left_s", F.col("expires_at") - F.col("taken_at"))
+        .groupBy("cluster", "date", "group")
+        .agg(
+            F.min("left_s").alias("min_time_to_expiry_s"),
+            F.min_by("taken_at", F.struct("left_s", "taken_at")).alias("nearest_at"),
+            F.min_by("expires_at", F.struct("left_s", "taken_at")).alias("expires_at"),
+        )
+    )
+    daily = daily.join(
+        expiry.select("cluster", "date", "group", "min_time_to_expiry_s"), ["cluster", "date", "group"], "left"
+    )
+    near_misses = expiry.where(F.col("min_time_to_expiry_s") <= expiry_margin_s)
+
+    by_partition = parts.groupBy("cluster", "date", "group", "topic", "partition").agg(
+        F.max("lag").alias("lag_max"),
+        F.expr("percentile(lag, 0.95)").alias("lag_p95"),
+        F.max("lag_seconds").alias("lag_seconds_max"),
+    )
+    rank = Window.partitionBy("cluster", "date", "group").orderBy(
+        F.col("lag_max").desc_nulls_last(), F.col("topic"), F.col("partition")
+    )
+    worst_partitions = by_partition.withColumn("rank", F.row_number().over(rank)).where(F.col("rank") <= worst)
+
+    incidents = _incidents(group_polls)
+    return {
+        "group_daily": daily,
+        "worst_partitions": worst_partitions,
+        "incidents": incidents,
+        "expiry_near_misses": near_misses,
+        "group_polls": group_polls,
+    }
+
+
+def _incidents(group_polls: Any) -> Any:
+    """Runs of consecutive polls over the warning threshold, per group (across days)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.partitionBy("cluster", "group").orderBy("taken_at")
+    marked = (
+        group_polls.withColumn("previous_over", F.lag("over_warning", 1, 0).over(order))
+        .withColumn("next_poll", F.lead("taken_at").over(order))
+        .withColumn("starts", ((F.col("over_warning") == 1) & (F.col("previous_over") == 0)).cast("int"))
+        .withColumn("run", F.sum("starts").over(order.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+        .where(F.col("over_warning") == 1)
+    )
+    # The peak: the highest lag, its first poll on a tie (max of (lag, -time)).
+    peak = F.max(F.struct(F.coalesce(F.col("lag"), F.lit(-1)).alias("lag"), (-F.col("taken_at")).alias("t")))
+    runs = marked.groupBy("cluster", "group", "run").agg(
+        F.min("taken_at").alias("started_at"),
+        peak.alias("_peak"),
+        F.max("lag_seconds").alias("peak_lag_seconds"),
+        F.max("over_critical").cast("boolean").alias("critical"),
+        F.count("*").alias("polls_over"),
+        F.max_by("next_poll", "taken_at").alias("ended_at"),
+    )
+    return (
+        runs.withColumn("peak_lag", F.when(F.col("_peak.lag") >= 0, F.col("_peak.lag")))
+        .withColumn("peak_at", -F.col("_peak.t"))
+        .withColumn("duration_s", F.col("ended_at") - F.col("started_at"))
+        .withColumn("catch_up_s", F.col("ended_at") - F.col("peak_at"))
+        .withColumn("ongoing", F.col("ended_at").isNull())
+        .withColumn("date", F.date_format(F.timestamp_seconds("started_at"), "yyyy-MM-dd"))
+        .drop("_peak", "run")
+    )
+
+
+def _series(group_polls: Any, chosen: list[tuple[str, str]], points: int = SERIES_POINTS) -> Any:
+    """Per chosen group, its lag and lag seconds over time, at most `points` buckets (the max of each): enough to
+    see incidents, small enough to draw."""
+    from pyspark.sql import functions as F
+
+    if not chosen:
+        return None
+    spark = group_polls.sparkSession
+    wanted = spark.createDataFrame(chosen, "cluster string, `group` string")
+    df = group_polls.join(F.broadcast(wanted), ["cluster", "group"])
+    span = df.agg(F.min("taken_at").alias("a"), F.max("taken_at").alias("b")).collect()[0]
+    if span["a"] is None:
+        return None
+    width = max((span["b"] - span["a"]) / points, 1e-9)
+    bucket = F.floor((F.col("taken_at") - F.lit(span["a"])) / F.lit(width))
+    return (
+        df.withColumn("bucket", bucket)
+        .groupBy("cluster", "group", "bucket")
+        .agg(F.min("taken_at").alias("t"), F.max("lag").alias("lag"), F.max("lag_seconds").alias("lag_seconds"))
+        .orderBy("cluster", "group", "t")
+        .toPandas()
+    )
+
+
+def _distribution(group_polls: Any, chosen: list[tuple[str, str]]) -> Any:
+    """Per chosen group over the whole range: min, quartiles, p99 and max of lag seconds and of lag."""
+    from pyspark.sql import functions as F
+
+    if not chosen:
+        return None
+    spark = group_polls.sparkSession
+    wanted = spark.createDataFrame(chosen, "cluster string, `group` string")
+    aggs = []
+    for column in ("lag", "lag_seconds"):
+        aggs += [
+            F.min(column).alias(f"{column}_min"),
+            F.expr(f"percentile({column}, array(0.25, 0.5, 0.75, 0.99))").alias(f"{column}_q"),
+            F.max(column).alias(f"{column}_max"),
+        ]
+    return group_polls.join(F.broadcast(wanted), ["cluster", "group"]).groupBy("cluster", "group").agg(*aggs).toPandas()
+
+
+# -- the driver ---------------------------------------------------------------------------------------------------
+
+
+def _say(message: str) -> None:
+    print(f"report: {message}", file=sys.stderr, flush=True)
+
+
+def _rules_of(spark: Any, lake: str, clusters: list[str], config: str | None, until: float | None) -> dict[str, Any]:
+    """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones."""
+    from lagwatch.pipeline.backtest import _params, load_candidate
+
+    if config is not None:
+        candidate = load_candidate(config)  # one-line errors naming the file and field
+        if candidate.rules is None:
+            raise ReportError("--config: give a file with a rules: section (or leave --config out)")
+        return {c: candidate.rules for c in clusters}
+    recorded = _params(spark, lake, until)
+    missing = [c for c in clusters if c not in recorded]
+    if missing:
+        raise ReportError(f"no recorded configuration for cluster(s) {', '.join(missing)}: pass --config FILE")
+    return {c: recorded[c].rules for c in clusters}
+
+
+def run_report(
+    lake: str,
+    output: str,
+    since: float | None = None,
+    until: float | None = None,
+    config: str | None = None,
+    spark: Any = None,
+    expiry_margin_s: float = DEFAULT_EXPIRY_MARGIN_H * 3600,
+    worst: int = DEFAULT_WORST,
+    plotted_groups: int = DEFAULT_PLOTTED_GROUPS,
+) -> Report:
+    from lagwatch.pipeline.backtest import _check_lake, _range_text
+
+    started = time.monotonic()
+    if since is not None and until is not None and since >= until:
+        raise ReportError("--since must be before --until")
+    if expiry_margin_s <= 0 or worst < 1 or plotted_groups < 0:
+        raise ReportError("--expiry-margin-hours and --worst must be positive, --plot-groups not negative")
+    lake_path = _check_lake(lake)
+    if "://" not in output:
+        from lagwatch.pipeline.jobs import check_out_dir
+
+        check_out_dir(output)
+    if spark is None:
+        from lagwatch.pipeline.session import spark_session
+
+        _say("starting Spark")
+        spark = spark_session(app="lagwatch-report")
+    from pyspark.sql import functions as F
+
+    from lagwatch.pipeline.lake_read import read_snapshots
+
+    _say(f"reading {lake_path}")
+    counts = (
+        read_snapshots(spark, lake_path, since, until)
+        .where(F.col("row_kind") == "poll")
+        .groupBy("cluster")
+        .agg(F.count("*").alias("polls"), F.min("taken_at").alias("first"), F.max("taken_at").alias("last"))
+        .orderBy("cluster")
+        .collect()
+    )
+    if not counts:
+        raise ReportError(f"no snapshots in {lake} {_range_text(since, until)}")
+    for r in counts:
+        _say(f"cluster {r['cluster']}: {r['polls']} polls, {_iso(r['first'])} .. {_iso(r['last'])}")
+    rules_of = _rules_of(spark, lake_path, [r["cluster"] for r in counts], config, until)
+    frames = compute(spark, lake_path, rules_of, since, until, expiry_margin_s, worst)
+    out: dict[str, Any] = {}
+    sort = {
+        "group_daily": ["cluster", "date", "group"],
+        "worst_partitions": ["cluster", "date", "group", "rank"],
+        "incidents": ["cluster", "group", "started_at"],
+        "expiry_near_misses": ["cluster", "date", "group"],
+    }
+    for i, (name, keys) in enumerate(sort.items(), 1):
+        _say(f"[{i}/{len(sort) + 1}] {name}")
+        frames[name].write.mode("overwrite").parquet(f"{output}/{name}")
+        out[name] = spark.read.parquet(f"{output}/{name}").toPandas().sort_values(keys).reset_index(drop=True)
+    _say(f"[{len(sort) + 1}/{len(sort) + 1}] plots and report.html")
+    chosen = _plotted(out["group_daily"], plotted_groups)
+    series = _series(frames["group_polls"], chosen)
+    distribution = _distribution(frames["group_polls"], chosen)
+    frames["group_polls"].unpersist()
+    from lagwatch.pipeline.report_html import render
+
+    title = f"lagwatch lag report, {_iso(counts[0]['first'])[:10]} .. {_iso(max(r['last'] for r in counts))[:10]}"
+    page = render(
+        out["group_daily"],
+        out["worst_partitions"],
+        out["incidents"],
+        out["expiry_near_misses"],
+        series,
+        distribution,
+        chosen,
+        rules_of,
+        expiry_margin_s,
+        title=title,
+    )
+    html_path = f"{output}/report.html"
+    _write_text(html_path, page)
+    report = Report(
+        out["group_daily"], out["worst_partitions"], out["incidents"], out["expiry_near_misses"], html_path, title
+    )
+    _say(f"wrote {output} in {time.monotonic() - started:.1f} s")
+    print(summary(report))
+    return report
+
+
+def _plotted(daily: Any, n: int) -> list[tuple[str, str]]:
+    """The groups worth a plot: most time over the warning threshold, then the highest lag seconds, then lag."""
+    if daily.empty or n == 0:
+        return []
+    worst = (
+        daily.groupby(["cluster", "group"])
+        .agg(share=("share_over_warning", "mean"), seconds=("lag_seconds_max", "max"), lag=("lag_max", "max"))
+        .fillna(-1)
+        .sort_values(["share", "seconds", "lag"], ascending=False)
+    )
+    return [(str(c), str(g)) for c, g in worst.index[:n]]
+
+
+def _write_text(path: str, text: str) -> None:
+    """Atomically (a temporary name, then a rename) on a local path; through pyarrow's filesystems on a URL."""
+    if "://" in path:
+        from lagwatch.lake.writer import open_filesystem
+
+        filesystem, target = open_filesystem(path)
+        with filesystem.open_output_stream(target) as stream:
+            stream.write(text.encode())
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def summary(report: Report) -> str:
+    daily, incidents = report.group_daily, report.incidents
+    lines = ["", "== report =="]
+    groups = daily.groupby(["cluster", "group"]).size().shape[0] if len(daily) else 0
+    lines.append(
+        f"{groups} group(s), {daily['date'].nunique() if len(daily) else 0} day(s), {len(incidents)} incident(s)"
+    )
+    if len(daily):
+        breach = daily[daily["share_over_warning"] > 0].sort_values("share_over_warning", ascending=False)
+        lines.append(f"group-days over the warning threshold at some poll: {len(breach)}")
+        for r in breach.head(10).itertuples():
+            lines.append(
+                f"  {r.cluster}/{r.group} {r.date}: {r.share_over_warning:.1%} of polls over warning, "
+                f"{r.share_over_critical:.1%} over critical, lag p99 {r.lag_p99:.0f}"
+            )
+    lines.append(f"expiry near misses: {len(report.expiry_near_misses)}")
+    lines.append(f"html: {report.html_path}")
+    return "\n".join(lines)
+
+
+def digest(report: Report, title: str, limit: int = 5) -> list[str]:
+    """The report in a few lines of Slack mrkdwn: the groups with the most time over warning, the longest
+    incidents, the expiry near misses, and where the page is."""
+    daily, incidents, misses = report.group_daily, report.incidents, report.expiry_near_misses
+    clusters = daily["cluster"].nunique() if len(daily) else 1
+
+    def name(cluster: str, group: str) -> str:
+        return f"`{group}`" if clusters == 1 else f"`{cluster}/{group}`"
+
+    groups = daily.groupby(["cluster", "group"]).ngroups if len(daily) else 0
+    lines = [f"{groups} groups, {len(incidents)} incidents, {len(misses)} offset expiry near misses"]
+    breach = daily[daily["share_over_warning"] > 0].sort_values("share_over_warning", ascending=False)
+    if len(breach):
+        lines.append("*Most time over the warning threshold*")
+        for r in breach.head(limit).itertuples():
+            lines.append(
+                f"• {name(r.cluster, r.group)} {r.date}: {r.share_over_warning:.1%} of the time "
+                f"({r.share_over_critical:.1%} critical), lag p99 {r.lag_p99:,.0f}"
+            )
+    else:
+        lines.append("No group was over its warning threshold.")
+    if len(incidents):
+        lines.append("*Longest incidents*")
+        for r in incidents.sort_values("duration_s", ascending=False, na_position="first").head(limit).itertuples():
+            lasted = "ongoing" if r.ongoing else f"lasted {_hours(r.duration_s)}, caught up in {_hours(r.catch_up_s)}"
+            lines.append(
+                f"• {name(r.cluster, r.group)} from {_iso(r.started_at)}: peak lag {r.peak_lag:,.0f}, {lasted}"
+            )
+    for r in misses.sort_values("min_time_to_expiry_s").head(limit).itertuples():
+        lines.append(f"• {name(r.cluster, r.group)} came within {_hours(r.min_time_to_expiry_s)} of losing its offsets")
+    lines.append(f"Report: {report.html_path}")
+    return lines
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def _digest_notifier(config: str | None, name: str) -> Any:
+    """The notifier `name` of the daemon's configuration (checked before Spark starts)."""
+    from pathlib import Path
+
+    from lagwatch.config import load_settings
+    from lagwatch.errors import ConfigError
+    from lagwatch.notify import build_notifiers
+    from lagwatch.notify.base import DigestPoster
+
+    if config is None:
+        raise ReportError("--notify: needs --config, the daemon's configuration with its notifiers")
+    notifiers = {n: notifier for n, (notifier, _) in build_notifiers(load_settings(Path(config))).items()}
+    if name not in notifiers:
+        raise ConfigError([f"--notify: {name!r} is not configured (configured: {', '.join(notifiers) or 'none'})"])
+    notifier = notifiers[name]
+    if not isinstance(notifier, DigestPoster):
+        raise ReportError(f"--notify: {name} cannot post a digest")
+    return notifier
+
+
+# -- command line -------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lagwatch.pipeline.backtest import _time_arg
+
+    parser.add_argument("--lake", help="the lake's path or URI (default: --config's lake.path, else ./lake)")
+    parser.add_argument("--out", help="output directory: Parquet tables and report.html (default: LAKE/reports/DAY)")
+    parser.add_argument("--since", type=_time_arg, help="ISO time or date, UTC unless it says (default: the start)")
+    parser.add_argument("--until", type=_time_arg, help="ISO time or date, exclusive (default: the end)")
+    parser.add_argument(
+        "--last-days",
+        type=int,
+        metavar="N",
+        help="the N whole days (UTC) before today, instead of --since/--until (a daily CronJob: 1)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="thresholds from this config's rules: (the daemon's file, or just rules:); default: what the daemon "
+        "recorded in the lake",
+    )
+    parser.add_argument(
+        "--expiry-margin-hours",
+        type=float,
+        default=DEFAULT_EXPIRY_MARGIN_H,
+        help=f"a near miss: offsets came within this of expiring (default {DEFAULT_EXPIRY_MARGIN_H:g})",
+    )
+    parser.add_argument("--worst", type=int, default=DEFAULT_WORST, help="worst partitions per group and day")
+    parser.add_argument(
+        "--plot-groups", type=int, default=DEFAULT_PLOTTED_GROUPS, help="groups drawn in the HTML report"
+    )
+    parser.add_argument(
+        "--notify",
+        metavar="NOTIFIER",
+        help="post a digest through this notifier of --config (slack, slack_webhook, webhook:NAME, log)",
+    )
+    parser.add_argument("--master", default=None, help="Spark master (default: local[2]; spark-submit's own)")
+
+
+def _lake_of(args: argparse.Namespace) -> str:
+    if args.lake is not None:
+        return str(args.lake)
+    if args.config is not None:
+        from pathlib import Path
+
+        import yaml
+
+        from lagwatch.config import _check_yaml
+
+        _check_yaml(Path(args.config))  # a one-line ConfigError for a missing or broken file
+        data = yaml.safe_load(Path(args.config).read_text()) or {}
+        lake = data.get("lake") if isinstance(data, dict) else None
+        if isinstance(lake, dict) and isinstance(lake.get("path"), str):
+            return str(lake["path"])
+    return "lake"
+
+
+def _window(args: argparse.Namespace, now: float) -> tuple[float | None, float | None]:
+    if args.last_days is None:
+        return args.since, args.until
+    if args.since is not None or args.until is not None:
+        raise ReportError("--last-days replaces --since and --until: give one or the other")
+    if args.last_days < 1:
+        raise ReportError("--last-days must be at least 1")
+    today = now - now % 86400
+    return today - args.last_days * 86400, today
+
+
+def run_job(args: argparse.Namespace) -> int:
+    lake = _lake_of(args)
+    since, until = _window(args, time.time())
+    notifier = _digest_notifier(args.config, args.notify) if args.notify else None
+    out = args.out or f"{lake.rstrip('/')}/reports/{datetime.now(UTC).strftime('%Y-%m-%d')}"
+    spark = None
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("lagwatch-report").getOrCreate()
+    elif args.master is not None:
+        from lagwatch.pipeline.session import spark_session
+
+        _say(f"starting Spark ({args.master})")
+        spark = spark_session(master=args.master, app="lagwatch-report")
+    report = run_report(
+        lake,
+        out,
+        since,
+        until,
+        args.config,
+        spark,
+        args.expiry_margin_hours * 3600,
+        args.worst,
+        args.plot_groups,
+    )
+    if notifier is not None:
+        from lagwatch.notify.base import DeliveryError
+
+        try:
+            notifier.post_digest(report.title, digest(report, report.title))
+        except DeliveryError as e:
+            print(f"lagwatch: the report is written, but its digest was not sent: {e}", file=sys.stderr)
+            return 1
+        _say(f"digest sent through {args.notify}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lagwatch.pipeline.jobs import run_main
+
+    return run_main("lagwatch pipeline report", add_arguments, run_job, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

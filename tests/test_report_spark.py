@@ -1,0 +1,280 @@
+"""The `report` job: every figure equals a direct pandas computation over the same lake, and the HTML page renders
+in a real browser (Debian's headless Chromium) with its plots, self-contained.
+
+The lake is written by the daemon's own lake writer after each step of the daemon's own pipeline, fed with 26 hours
+of synthetic polls (two dates): a steady group, a group with two incidents, and an idle group whose offsets come
+within hours of expiring before a consumer returns."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pd = pytest.importorskip("pandas")
+import pyarrow.dataset as ds  # noqa: E402
+
+from lagwatch.lake import LakeConfig  # noqa: E402
+from lagwatch.lake.writer import LakeWriter  # noqa: E402
+from lagwatch.model import TopicPartition  # noqa: E402
+from tests.synthetic import Pipeline, group, snapshot  # noqa: E402
+
+T0 = 1_793_966_400.0  # 2026-11-06T12:00:00Z: 12 h on the first date, 14 h on the next
+POLL_S = 60.0
+POLLS = 26 * 60
+RULES: dict[str, Any] = {
+    "lag": {
+        "warning": {"offsets": 1000, "seconds": 600},
+        "critical": {"offsets": 4000, "seconds": 1800},
+        "for_s": 120,
+    },
+    "expiry": {"retention_minutes": 600},  # 10 h: the idle group comes within 2 h of losing its offsets
+    "overrides": [{"match": {"group": "steady"}, "rules": {"lag": {"warning": {"offsets": 200}}}}],
+}
+# What the rules above resolve to, written out by hand (the test must not share the job's resolver).
+THRESHOLDS = {  # group -> (warning offsets, warning seconds, critical offsets, critical seconds)
+    "steady": (200, 600.0, 4000, 1800.0),
+    "laggy": (1000, 600.0, 4000, 1800.0),
+    "idle": (1000, 600.0, 4000, 1800.0),
+}
+ORDERS = [TopicPartition("orders", p) for p in range(2)]
+PAYMENTS = [TopicPartition("payments", p) for p in range(3)]
+AUDIT = TopicPartition("audit", 0)
+
+
+def laggy_backlog(i: int) -> list[int]:
+    """Records behind per payments partition at poll i: two incidents, one on each date."""
+    if 100 <= i < 160:  # builds up to 6,000 on partition 1 (critical), then drains until poll 220
+        peak = (i - 100) * 100
+    elif 160 <= i < 220:
+        peak = max(0, 6000 - (i - 160) * 110)
+    elif 1300 <= i < 1330:
+        peak = (i - 1300) * 50  # up to 1,450: warning only
+    else:
+        peak = 0
+    return [i % 7, peak, peak // 3]
+
+
+def steady_backlog(i: int, partition: int) -> int:
+    """A few records behind, and a short burst every 3 hours: over steady's own warning (200), not the default."""
+    return (150 if i % 180 < 3 else 5) + (i + partition) % 4
+
+
+def write_lake(root: Path) -> None:
+    pipeline = Pipeline(rules=RULES, max_gap_s=3 * POLL_S)
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(root), retention_days=0))
+    writer.record_config("c", RULES, {"group_wait_s": 0}, 3 * POLL_S, False, POLL_S, pipeline.book)
+    produced = 0
+    for i in range(POLLS):
+        t = T0 + i * POLL_S
+        produced += 50 + (i % 60)  # every partition gets the same traffic
+        ends = {tp: produced for tp in [*ORDERS, *PAYMENTS, AUDIT]}
+        backlog = laggy_backlog(i)
+        idle_back = i >= 480  # idle from the start (Empty, no members) until a consumer returns 8 h later
+        groups = [
+            group("steady", {tp: produced - steady_backlog(i, p) for p, tp in enumerate(ORDERS)}),
+            group("laggy", {tp: produced - backlog[p] for p, tp in enumerate(PAYMENTS)}, subscribed=("payments",)),
+            group(
+                "idle",
+                {AUDIT: produced if idle_back else 1000},
+                state="Stable" if idle_back else "Empty",
+                members=1 if idle_back else 0,
+                subscribed=("audit",),
+            ),
+        ]
+        snap = snapshot(t, groups, ends, retention_minutes=600)
+        writer.record(snap, pipeline.step(snap), pipeline.book)
+        if i % 200 == 0:
+            writer.flush()
+    writer.flush()
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report") / "lake"
+    write_lake(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(lake: Path, spark: Any) -> Any:
+    from lagwatch.pipeline.report import run_report
+
+    return run_report(str(lake), str(lake.parent / "out"), spark=spark, plotted_groups=3)
+
+
+def expected(lake: Path) -> dict[str, Any]:
+    """The report's figures, computed directly with pandas from the lake's Parquet files."""
+    rows = ds.dataset(lake / "snapshots", format="parquet", partitioning="hive").to_table().to_pandas()
+    rows["date"] = rows["date"].astype(str)
+    parts = rows[rows.row_kind == "partition"]
+    keys = ["cluster", "date", "taken_at", "group"]
+    tp = parts.groupby([*keys, "topic"], as_index=False).agg(
+        lag=("lag", lambda s: s.sum(min_count=1)), lag_seconds=("lag_seconds", "max")
+    )
+    limits = tp["group"].map(THRESHOLDS)
+
+    def over(i: int, j: int) -> Any:
+        by_offsets = tp["lag"] >= limits.map(lambda x: x[i])
+        by_seconds = tp["lag_seconds"].fillna(-1) >= limits.map(lambda x: x[j])
+        return (by_offsets | by_seconds).astype(int)
+
+    tp["over_warning"], tp["over_critical"] = over(0, 1), over(2, 3)
+    gp = tp.groupby(keys, as_index=False).agg(
+        lag=("lag", lambda s: s.sum(min_count=1)),
+        lag_seconds=("lag_seconds", "max"),
+        over_warning=("over_warning", "max"),
+        over_critical=("over_critical", "max"),
+    )
+    daily = gp.groupby(["cluster", "date", "group"]).agg(
+        polls=("taken_at", "size"),
+        lag_p50=("lag", lambda s: s.quantile(0.5)),
+        lag_p95=("lag", lambda s: s.quantile(0.95)),
+        lag_p99=("lag", lambda s: s.quantile(0.99)),
+        lag_max=("lag", "max"),
+        lag_seconds_p99=("lag_seconds", lambda s: s.quantile(0.99)),
+        lag_seconds_max=("lag_seconds", "max"),
+        share_over_warning=("over_warning", "mean"),
+        share_over_critical=("over_critical", "mean"),
+    )
+    groups_rows = rows[(rows.row_kind == "group") & rows.expires_at.notna()]
+    left = (groups_rows.expires_at - groups_rows.taken_at).groupby(
+        [groups_rows.cluster, groups_rows.date, groups_rows.group]
+    )
+    worst = (
+        parts.groupby(["cluster", "date", "group", "topic", "partition"], as_index=False)
+        .agg(lag_max=("lag", "max"))
+        .sort_values(["lag_max", "topic", "partition"], ascending=[False, True, True])
+        .groupby(["cluster", "date", "group"])
+        .head(5)
+    )
+    incidents = []
+    for (cluster, g), polls in gp.sort_values("taken_at").groupby(["cluster", "group"]):
+        run: list[Any] = []
+        for r in [*polls.itertuples(), None]:
+            if r is not None and r.over_warning:
+                run.append(r)
+                continue
+            if run:
+                peak = max(run, key=lambda x: (x.lag, -x.taken_at))
+                end = None if r is None else r.taken_at
+                incidents.append((cluster, g, run[0].taken_at, peak.lag, peak.taken_at, end, len(run)))
+                run = []
+    return {"daily": daily, "left": left.min(), "worst": worst, "incidents": incidents}
+
+
+@pytest.mark.spark
+def test_report_figures_equal_pandas_over_the_same_lake(lake: Path, report: Any) -> None:
+    want = expected(lake)
+    daily = report.group_daily.set_index(["cluster", "date", "group"]).sort_index()
+    w = want["daily"].sort_index()
+    assert list(daily.index) == list(w.index)
+    day1, day2 = sorted(set(daily.index.get_level_values("date")))
+    for column in w.columns:
+        pd.testing.assert_series_equal(daily[column], w[column], check_dtype=False, check_names=False)
+    # The scenario shows through: steady is over its own (overridden) warning often; laggy's incidents are there.
+    assert daily.loc[("c", day1, "laggy"), "lag_max"] == max(sum(laggy_backlog(i)) for i in range(720))
+    assert daily.loc[("c", day1, "laggy"), "share_over_critical"] > 0
+    assert daily.loc[("c", day2, "laggy"), "share_over_critical"] == 0
+    assert daily.loc[("c", day2, "steady"), "share_over_warning"] == pytest.approx(5 * 3 / 840, abs=0.01)
+    assert daily.loc[("c", day2, "idle"), "share_over_warning"] == 0  # back since 20:00 on the first day
+
+    left = report.group_daily.set_index(["cluster", "date", "group"])["min_time_to_expiry_s"].dropna()
+    pd.testing.assert_series_equal(left.sort_index(), want["left"].sort_index(), check_names=False)
+    misses = report.expiry_near_misses
+    assert list(misses.group) == ["idle"] and misses.min_time_to_expiry_s.iloc[0] == pytest.approx(2 * 3600, abs=120)
+
+    worst = report.worst_partitions
+    got = {(r.date, r.group, r.topic, r.partition, r.lag_max) for r in worst.itertuples()}
+    assert got == {(r.date, r.group, r.topic, r.partition, r.lag_max) for r in want["worst"].itertuples()}
+    assert worst.groupby(["date", "group"]).size().max() <= 5
+
+    got_incidents = sorted(
+        (r.cluster, r.group, r.started_at, r.peak_lag, r.peak_at, None if r.ongoing else r.ended_at, r.polls_over)
+        for r in report.incidents.itertuples()
+    )
+    assert got_incidents == sorted(want["incidents"], key=lambda x: (x[0], x[1], x[2]))
+    laggy = report.incidents[report.incidents.group == "laggy"].sort_values("started_at")
+    assert len(laggy) == 2 and list(laggy.critical) == [True, False]
+    idle = report.incidents[report.incidents.group == "idle"]
+    assert len(idle) == 1 and idle.iloc[0].ended_at == T0 + 480 * POLL_S
+    first = laggy.iloc[0]
+    assert first.catch_up_s == first.ended_at - first.peak_at > 0
+
+
+@pytest.mark.spark
+def test_report_html_renders_in_headless_chromium(report: Any, tmp_path: Path) -> None:
+    page = Path(report.html_path).read_text()
+    for fetches in ("<script", "<link", "<img", "<iframe", 'src="http', 'href="http', "@import"):
+        assert fetches not in page  # self-contained: nothing to fetch, nothing to run
+    assert not re.search(r"url\((?!#)", page)  # CSS and SVG refer only to the page's own elements
+    assert page.count("<svg") == 2  # lag over time and the distribution, inline
+    for name in ("laggy", "steady", "idle", "Incidents and catch-up", "Offset expiry near misses"):
+        assert name in page
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is not installed (make test installs Debian's chromium)")
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
+         "--window-size=1280,2400", f"file://{report.html_path}"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))
+    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
+    # Not a blank page: the plots and the tables put a good share of non-white pixels on screen.
+    ink = (pixels[:, :, :3].mean(axis=2) < 0.9).mean()
+    assert ink > 0.03, f"only {ink:.1%} of the screenshot is not white"
+    keep = Path("/tmp/lagwatch-report-screenshot.png")  # for a person to look at after the run
+    shutil.copy(shot, keep)
+
+
+@pytest.mark.spark
+def test_report_bad_input_is_one_line(tmp_path: Path, lake: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lagwatch", "pipeline", "report", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    missing = run("--lake", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == 2 and "no lake there" in missing.stderr and "Traceback" not in missing.stderr
+    backwards = run("--lake", str(lake), "--since", "2026-11-02", "--until", "2026-11-01")
+    assert backwards.returncode == 2 and "--since must be before --until" in backwards.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  lag:\n    warning: {offsets: -3}\n")
+    invalid = run("--lake", str(lake), "--config", str(bad), "--out", str(tmp_path / "o"), "--master", "local[1]")
+    assert invalid.returncode == 2 and "rules.lag.warning.offsets" in invalid.stderr, invalid.stderr
+    assert "Traceback" not in invalid.stderr
+
+
+@pytest.mark.spark
+def test_lake_files_of_schema_1_read_alongside_schema_2(lake: Path, tmp_path: Path, spark: Any) -> None:
+    """Version-1 files (before `expires_at`) and version-2 files in one lake: Spark reads both, whichever it opens
+    first, and the old rows' `expires_at` is null."""
+    import pyarrow.parquet as pq
+
+    from lagwatch.pipeline.lake_read import read_snapshots
+
+    mixed = tmp_path / "mixed"
+    source = sorted((lake / "snapshots").rglob("part-*.parquet"))[:2]
+    old, new = pq.read_table(source[0]), pq.read_table(source[1])
+    for name, table in (("part-0-old.parquet", old.drop(["expires_at"])), ("part-1-new.parquet", new)):
+        target = mixed / "snapshots" / "cluster=7" / "date=2026-11-06"
+        target.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, target / name)
+    df = read_snapshots(spark, str(mixed)).toPandas()
+    assert len(df) == old.num_rows + new.num_rows and set(df.cluster) == {"7"}  # a name, not the number 7
+    groups = df[df.row_kind == "group"]
+    old_groups = groups[groups.taken_at.isin(set(old.column("taken_at").to_pylist()))]
+    new_groups = groups[groups.taken_at.isin(set(new.column("taken_at").to_pylist()))]
+    assert old_groups.expires_at.isna().all()
+    assert new_groups.expires_at.notna().any()  # the idle group's expiry, written by the daemon's evaluation
