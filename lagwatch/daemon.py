@@ -170,7 +170,13 @@ class Daemon:
             self.store.write_history(runtime.name, data)
         except (sqlite3.Error, OSError) as e:
             self.state_failures += 1
-            log.error("saving history failed; it stays in memory", extra={"cluster": runtime.name, "error": str(e)})
+            if not runtime.history_owed:  # once per streak: a full disk fails this every interval
+                log.error("saving history failed; it stays in memory", extra={"cluster": runtime.name, "error": str(e)})
+            runtime.history_owed = True
+            return
+        if runtime.history_owed:
+            log.warning("history saved again", extra={"cluster": runtime.name})
+        runtime.history_owed = False
 
     # -- the pipeline -----------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ class ClusterRuntime:
     skipped_polls: int = 0  # due while the previous poll still ran (EVENT_JOB_MAX_INSTANCES)
     missed_polls: int = 0  # too late to start within the misfire grace time
     history_saved_at: float = 0.0
+    history_owed: bool = False  # the last save of its history failed (logged once per streak)
     offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
 
     def exact_clocks(self) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """The dispatcher's workers: one per notifier, never blocked by another, never killed by a failure (of a notifier,
-of persist(), of their own loop); permanent failures dropped and recorded, retryable ones retried, old ones
-expired. Slack and webhooks are real servers on loopback; no Kafka broker needed."""
+of persist(), of their own loop), and started again by the supervisor when their thread dies all the same;
+permanent failures dropped and recorded, retryable ones retried, old ones expired. Slack and webhooks are real servers on loopback; no Kafka broker needed."""
 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import threading
@@ -19,6 +20,7 @@ from lagwatch.alerts import Notification
 from lagwatch.notify import Dispatcher, LogNotifier, Outbox, PermanentError, RetryableError, dispatcher
 from lagwatch.notify.settings import WebhookConfig
 from lagwatch.notify.webhook import WebhookNotifier
+from lagwatch.serve import metrics
 from tests.conftest import wait_for
 from tests.fake_slack import FakeSlack
 from tests.test_slack import Lifecycle, finding, notifier
@@ -404,3 +406,112 @@ def test_retry_after_sets_the_next_attempt(monkeypatch: pytest.MonkeyPatch) -> N
         assert 59 <= delivery.next_attempt_at - time.time() <= 60.5 and rec.sent == []
     finally:
         d.stop()
+
+
+class WorkerKiller(BaseException):
+    """Not an Exception: the worker's loop does not catch it, so its thread dies (a bug of that kind)."""
+
+
+class DiesAfterPosting:
+    """The real Slack notifier, whose thread dies right after its first post reached Slack (before the dispatcher
+    hears of it): the outcome of the attempt is unknown to lagwatch."""
+
+    checks_duplicates = True
+
+    def __init__(self, inner: Any) -> None:
+        self.name = "slack"
+        self.inner = inner
+        self.calls: list[bool] = []  # maybe_sent, per call
+
+    def send(self, n: Notification, ref: dict[str, Any] | None, maybe_sent: bool = False) -> dict[str, Any] | None:
+        self.calls.append(maybe_sent)
+        result = self.inner.send(n, ref, maybe_sent=maybe_sent)
+        if len(self.calls) == 1:
+            raise WorkerKiller("killed after the post")
+        return result  # type: ignore[no-any-return]
+
+
+def test_a_worker_killed_in_a_send_is_restarted_and_the_message_is_posted_once(
+    slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    life = Lifecycle()
+    (firing,) = life.step([finding("lag")], 0)
+    saved_in_flight: list[bool] = []
+    wrapped = DiesAfterPosting(notifier(slack))
+    d = Dispatcher(
+        life.outbox,
+        {"slack": wrapped},
+        persist=lambda: saved_in_flight.append(any(x.in_flight for x in life.outbox.deliveries)),
+    ).start()
+    try:
+        wait_for(lambda: life.outbox.pending() == 0, timeout=20, interval=0.05, what="the delivery")
+        health = d.health()["slack"]
+        own = metrics.render_self_monitoring(d.health(), True, {}, None, {}).decode()
+    finally:
+        d.stop()
+    assert wrapped.calls == [False, True]  # the second attempt knew the first one's outcome was unknown
+    assert saved_in_flight[0] is True  # saved as in flight before the first call
+    assert len(slack.delivered("chat.postMessage")) == 1  # looked up, found: not posted again
+    assert [c.method for c in slack.calls] == ["chat.postMessage", "conversations.history"]
+    assert (health.alive, health.restarts, health.keeps_dying, health.delivered) == (True, 1, False, 1)
+    assert 'lagwatch_notifier_worker_restarts_total{notifier="slack"} 1' in own
+    (died,) = messages(caplog, "worker thread died")
+    assert died.exc_info is not None and isinstance(died.exc_info[1], WorkerKiller)
+    assert died.error == "WorkerKiller: killed after the post"  # type: ignore[attr-defined]
+    assert died.notification_id == firing.id  # type: ignore[attr-defined]
+
+
+def test_a_base_exception_once_restarts_the_worker_and_the_notification_arrives_once() -> None:
+    outbox = Outbox()
+    outbox.add([note("a", 0), note("a", 1), note("b", 0)], ["rec"])
+    rec = Recorder()
+    rec.fail_with = {"a-0": [WorkerKiller("once")]}  # type: ignore[list-item]
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: outbox.pending() == 0, timeout=10, what="delivery")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert sorted(rec.sent) == ["a-0", "a-1", "b-0"] and rec.sent.index("a-0") < rec.sent.index("a-1")
+    assert (health.restarts, health.retried, health.delivered) == (1, 1, 3)
+    assert not d.supervising  # stop() ends the supervisor too
+
+
+def test_a_worker_that_dies_every_time_is_restarted_with_backoff_and_recovers(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(dispatcher, "RESTART_BACKOFF_FIRST_S", 0.2)
+    monkeypatch.setattr(dispatcher, "RESTART_STABLE_S", 1.0)
+    outbox = Outbox()
+    outbox.add([note("a", 0), note("b", 0), note("b", 1)], ["rec"])
+    attempts: list[float] = []
+    poisoned = [True]
+
+    class Poisoned(Recorder):
+        def send(self, n: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+            if n.id == "a-0":
+                attempts.append(time.monotonic())
+                if poisoned[0]:
+                    raise WorkerKiller("a-0 kills it")
+            return super().send(n, ref)
+
+    rec = Poisoned()
+    d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: len(attempts) >= 5, timeout=10, what="five deaths")
+        health = d.health()["rec"]
+        assert health.keeps_dying and health.restarts >= 4
+        assert rec.sent == ["b-0", "b-1"]  # the killing delivery blocks no other group
+        gaps = [b - a for a, b in itertools.pairwise(attempts)]
+        # Restarts after 0, 0.2, 0.4, 0.8 s: each wait about twice the one before, never a hot loop.
+        assert gaps[1] >= 0.18 and gaps[2] >= 0.38 and gaps[3] >= 0.78, gaps
+        poisoned[0] = False  # whatever killed it is gone
+        wait_for(lambda: rec.sent == ["b-0", "b-1", "a-0"], timeout=10, what="the delivery")
+        wait_for(lambda: not d.health()["rec"].keeps_dying, timeout=5, what="recovered: alive RESTART_STABLE_S")
+        health = d.health()["rec"]
+    finally:
+        d.stop()
+    assert health.alive and health.delivered == 3 and health.restarts == len(attempts) - 1
+    died = messages(caplog, "worker thread died")
+    assert len(died) == health.restarts  # one line per death...
+    assert [r.exc_info is not None for r in died] == [True] + [False] * (len(died) - 1)  # ...one traceback

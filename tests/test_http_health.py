@@ -1,9 +1,10 @@
-"""Self-monitoring: /healthz and /readyz turn 503 (saying why) when a notifier worker dies, the scheduler stops,
-or saving the state keeps failing; the notifier series of /metrics follow."""
+"""Self-monitoring: /healthz turns 503 (saying why) when the scheduler or the notifier supervisor stops; /readyz when a
+notifier worker is dead or keeps dying, or saving the state keeps failing; the notifier series of /metrics follow."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lagwatch.alerts import Notification
 from lagwatch.daemon import Daemon
+from lagwatch.notify import dispatcher
 from lagwatch.notify.dispatcher import WorkerHealth
 from lagwatch.serve.app import create_app
 from lagwatch.serve.health import PERSIST_STREAK_QUIET_S, PersistStreaks
@@ -53,7 +55,7 @@ def running(tmp_path: Path) -> Iterator[tuple[Daemon, TestClient]]:
     daemon.stop()
 
 
-def test_healthy_and_ready_then_503_naming_the_dead_worker(
+def test_a_worker_that_dies_every_time_is_restarted_with_backoff_unready_while_polls_go_on(
     running: tuple[Daemon, TestClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     daemon, client = running
@@ -61,22 +63,49 @@ def test_healthy_and_ready_then_503_naming_the_dead_worker(
     assert client.get("/readyz").json() == {"ready": True, "waiting_for": []}
     up = samples(client.get("/metrics").text)
     assert up[("lagwatch_notifier_up", (("notifier", "fatal"),))] == 1
+    assert up[("lagwatch_notifier_worker_restarts_total", (("notifier", "fatal"),))] == 0
     assert up[("lagwatch_scheduler_up", ())] == 1
 
-    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the dying thread's traceback is expected
+    monkeypatch.setattr(dispatcher, "RESTART_BACKOFF_FIRST_S", 0.5)
+    monkeypatch.setattr(dispatcher, "BACKOFF_FIRST_S", 0.05)  # the killing delivery is due again at once
     daemon.outbox.add([notification()], ["fatal"])
-    wait_for(lambda: not daemon.dispatcher.health()["fatal"].alive, timeout=10, what="the worker to die")
-    dead = client.get("/healthz")
-    assert dead.status_code == 503
-    assert dead.json() == {"status": "failing", "problems": ["notifier 'fatal': its worker thread is dead"]}
+    wait_for(lambda: daemon.dispatcher.health()["fatal"].keeps_dying, timeout=10, what="three deaths in a row")
+    polls = daemon.clusters[CLUSTER].polls
     not_ready = client.get("/readyz")
-    assert not_ready.status_code == 503 and not_ready.json()["problems"] == [
-        "notifier 'fatal': its worker thread is dead"
-    ]
+    assert not_ready.status_code == 503
+    (problem,) = not_ready.json()["problems"]
+    assert problem.startswith("notifier 'fatal': its worker thread ")  # keeps dying, or dead until its restart
+    assert client.get("/healthz").json() == {"status": "ok"}  # a new process would die the same way: no restart
+    time.sleep(3.0)
+    restarts = daemon.dispatcher.health()["fatal"].restarts
+    # Backed off: restarts after 0, 0.5, 1, 2 s, 4 s... not hundreds in a hot loop.
+    assert 3 <= restarts <= 5, restarts
+    assert client.get("/readyz").status_code == 503
+    assert daemon.clusters[CLUSTER].polls >= polls + 2  # the daemon polls on, once a second
     after = samples(client.get("/metrics").text)
-    assert after[("lagwatch_notifier_up", (("notifier", "fatal"),))] == 0
+    assert after[("lagwatch_notifier_worker_restarts_total", (("notifier", "fatal"),))] >= restarts
     assert after[("lagwatch_notifier_up", (("notifier", "record"),))] == 1
-    assert after[("lagwatch_notifier_queued", (("notifier", "fatal"),))] == 1  # never delivered
+    assert after[("lagwatch_notifier_queued", (("notifier", "fatal"),))] == 1  # never delivered, never lost
+    assert daemon.dispatcher.health()["record"].restarts == 0
+
+
+def test_healthz_503_when_the_notifier_supervisor_died(
+    running: tuple[Daemon, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, client = running
+
+    def kill_supervisor() -> None:
+        raise WorkerKiller("supervisor bug")
+
+    monkeypatch.setattr(daemon.dispatcher, "supervise", kill_supervisor)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the dying thread's traceback is expected
+    daemon.dispatcher.wake_supervisor()
+    wait_for(lambda: not daemon.dispatcher.supervising, timeout=10, what="the supervisor to die")
+    response = client.get("/healthz")
+    assert response.status_code == 503 and response.json()["problems"] == [
+        "the notifier supervisor is not running: a dead notifier worker stays dead"
+    ]
+    assert client.get("/readyz").status_code == 503
 
 
 def test_healthz_503_when_the_scheduler_is_not_running(running: tuple[Daemon, TestClient]) -> None:
@@ -138,6 +167,8 @@ def _health(persist_failures: int) -> dict[str, WorkerHealth]:
         "slack": WorkerHealth(
             notifier="slack",
             alive=True,
+            restarts=0,
+            keeps_dying=False,
             queued=0,
             delivered=0,
             retried=0,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
+from lagwatch.errors import LagwatchError
 from lagwatch.model import Finding
 from lagwatch.notify import Outbox
 from lagwatch.state import StateStore
@@ -152,3 +153,50 @@ def test_daemon_starts_on_damaged_newer_or_odd_state(tmp_path: Path) -> None:
         assert "Traceback" not in err
         if name == "shape":
             assert "unknown shape" in err and (odd / "alerts.json.imported").exists()
+
+
+def _fill(path: Path) -> None:
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (1 << 16, 1 << 12, 1 << 9, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
+
+
+def test_a_full_disk_at_start_reads_the_saved_state_and_writes_once_space_returns(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "1m")
+    try:
+        store = StateStore(disk).open()
+        book, outbox = book_with(3), Outbox()
+        outbox.add(book.due(0.0), ["log"])
+        store.save_alerts(book, outbox)
+        store.close()
+        filler = disk / "filler"
+        _fill(filler)
+        # SQLite writes even to open a database: before, lagwatch refused to start on a full disk.
+        again = StateStore(disk).open()
+        assert again.db.read_only
+        raw = again.read_alerts()
+        assert len(raw["book"]["alerts"]) == 3 and len(raw["outbox"]["deliveries"]) == 3
+        restored = Outbox.from_json(raw["outbox"])
+        assert again.save_alerts(None, restored) == 0  # nothing changed: nothing to write, no error
+        restored.done(restored.deliveries[0], {"ts": "1"})
+        with pytest.raises(sqlite3.Error):
+            again.save_alerts(None, restored)  # the disk still refuses
+        filler.unlink()
+        assert again.save_alerts(None, restored) == 2  # writable again: the delivered row goes, its reference comes
+        assert not again.db.read_only
+        again.close()
+        final = StateStore(disk).open()
+        assert len(final.read_alerts()["outbox"]["deliveries"]) == 2
+        final.close()
+        empty = disk / "empty"
+        empty.mkdir()
+        _fill(filler)
+        with pytest.raises(LagwatchError, match=r"cannot open state\.db"):  # nothing saved there: nothing to read
+            StateStore(empty).open()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -10,6 +10,12 @@ A worker never dies of an error. A notifier's `send` returns, or raises:
 worker counts it, logs the first failure of a streak with its traceback, keeps delivering from memory and saves
 again later. Any other exception in a worker's loop is counted, logged with its traceback, and the loop goes on.
 
+A worker thread that dies all the same (a BaseException, a bug in the error path) is noticed by the dispatcher's
+supervisor thread: one log line with the cause, the delivery it was attempting counted as a failed attempt (its
+`in_flight` mark stays, so a notifier that `checks_duplicates` looks before sending again), and a new thread on the
+same outbox: at once after the first death, then with capped exponential backoff while it keeps dying soon after
+each start (no hot loop; `WorkerHealth.keeps_dying` makes /readyz say so).
+
 Order is kept per notifier and alert group (see `Outbox.due`). `health()` tells how each worker is doing.
 """
 
@@ -33,6 +39,11 @@ BACKOFF_MAX_S = 300.0  # retries are at most this far apart, until the notificat
 PERSIST_RETRY_S = 5.0  # how often a worker tries again to save the state after a failed save
 LOOP_ERROR_PAUSE_S = 1.0  # after an unexpected error in the loop: no busy loop if it repeats
 IDLE_WAIT_S = 1.0  # an idle worker looks again at least this often (also: how soon it sees stop())
+SUPERVISE_S = 0.5  # how often the supervisor looks at the worker threads (a dying worker wakes it at once)
+RESTART_BACKOFF_FIRST_S = 1.0  # a worker that dies again soon after a restart waits this long, then doubling
+RESTART_BACKOFF_MAX_S = 300.0
+RESTART_STABLE_S = 60.0  # a worker alive this long since its start has recovered: a later death restarts at once
+KEEPS_DYING_AFTER = 3  # this many deaths in a row, each soon after its start: unready until it recovers
 _ERROR_TEXT_MAX = 300
 
 
@@ -42,6 +53,8 @@ class WorkerHealth:
 
     notifier: str
     alive: bool  # its thread runs
+    restarts: int  # its thread died and the supervisor started a new one
+    keeps_dying: bool  # it died again soon after its last restarts: restarts are backed off, not ready
     queued: int  # deliveries waiting in the outbox for this notifier
     delivered: int
     retried: int  # failed attempts that will be tried again
@@ -64,6 +77,8 @@ class _Counters:
         self.dropped_expired = 0
         self.persist_failures = 0
         self.unexpected_errors = 0
+        self.restarts = 0
+        self.deaths_in_a_row = 0  # each soon after the thread's start (see RESTART_STABLE_S)
         self.last_error: str | None = None
         self.last_error_at: float | None = None
 
@@ -89,7 +104,26 @@ class _Worker:
         self.counters = _Counters()
         self._persist_owed = False  # a save failed: the state on disk is behind what is in memory
         self._persist_retry_at = 0.0
-        self.thread = threading.Thread(target=self._run, name=f"lagwatch-notify-{name}", daemon=True)
+        self._wake_supervisor = dispatcher.wake_supervisor
+        self.current: Delivery | None = None  # the delivery being handled: the supervisor reschedules it on a death
+        self.died_of: BaseException | None = None  # set by the dying thread, taken by the supervisor
+        self.started_at = 0.0  # time.monotonic() of the current thread's start
+        self.restart_at: float | None = None  # dead, to be started again then (time.monotonic())
+        self.thread = self._new_thread()
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._main, name=f"lagwatch-notify-{self.name}", daemon=True)
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # the thread ends here: the supervisor logs it and starts a new one
+            self.died_of = e
+            self._wake_supervisor()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -109,11 +143,13 @@ class _Worker:
             return 0.0
 
     def _cycle(self) -> None:
+        self.current = None
         if self._persist_owed and self._clock() >= self._persist_retry_at:
             self._persist()
         for delivery in self.outbox.due(self._clock(), self.name):
             if self._stop.is_set():
                 return
+            self.current = delivery
             self._handle(delivery)
         with self.outbox.changed:
             if self._stop.is_set():
@@ -186,9 +222,7 @@ class _Worker:
 
     def _schedule_retry(self, delivery: Delivery, error: Exception, now: float) -> None:
         delivery.attempts += 1
-        backoff = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(delivery.attempts - 1, 30))
-        # Jitter: after an outage, the retries of many deliveries do not all hit the receiver in the same second.
-        delay = backoff * self._rng.uniform(0.5, 1.0)
+        delay = self._retry_delay(delivery.attempts)
         hint = error.retry_after_s if isinstance(error, RetryableError) else None
         if hint is not None:
             delay = max(delay, min(hint, BACKOFF_MAX_S))
@@ -211,6 +245,68 @@ class _Worker:
                 "error": delivery.last_error,
             },
         )
+
+    def _retry_delay(self, attempts: int) -> float:
+        backoff = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** min(attempts - 1, 30))
+        # Jitter: after an outage, the retries of many deliveries do not all hit the receiver in the same second.
+        return backoff * self._rng.uniform(0.5, 1.0)
+
+    # -- supervision (on the supervisor's thread; this worker's own thread is dead) -------------------------------
+
+    def supervise(self, now: float) -> None:
+        """Notices this worker's thread dead without stop() asked, and starts a new one when its backoff is over."""
+        if self.thread.is_alive():
+            if self.counters.deaths_in_a_row and now - self.started_at >= RESTART_STABLE_S:
+                with self.counters.lock:
+                    self.counters.deaths_in_a_row = 0  # it has recovered
+            return
+        if self.thread.ident is None:  # never started (the dispatcher was not)
+            return
+        if self.restart_at is None:
+            self._bury(now)
+        if self.restart_at is not None and now >= self.restart_at:
+            self.restart_at = None
+            self.thread = self._new_thread()
+            with self.counters.lock:
+                self.counters.restarts += 1
+            self.start()
+
+    def _bury(self, now: float) -> None:
+        cause, self.died_of = self.died_of, None
+        text = _describe(cause) if cause is not None else "its thread ended, cause unknown"
+        with self.counters.lock:
+            deaths = self.counters.deaths_in_a_row + 1 if now - self.started_at < RESTART_STABLE_S else 1
+            self.counters.deaths_in_a_row = deaths
+        delay = 0.0 if deaths == 1 else min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_FIRST_S * 2.0 ** min(deaths - 2, 30))
+        self.restart_at = now + delay
+        wall = self._safe_now()
+        self.counters.error(f"worker died: {text}", wall)
+        delivery, self.current = self.current, None
+        log.error(
+            "notifier worker thread died; starting a new one",
+            # The traceback once per streak: a worker dying again and again must not flood the log.
+            exc_info=(type(cause), cause, cause.__traceback__) if cause is not None and deaths == 1 else None,
+            extra={
+                "notifier": self.name,
+                "error": text,
+                "deaths_in_a_row": deaths,
+                "restart_in_s": round(delay, 1),
+                "notification_id": delivery.notification.id if delivery is not None else None,
+            },
+        )
+        with self.outbox.changed:
+            pending = delivery is not None and any(d is delivery for d in self.outbox.deliveries)
+            if delivery is not None and pending:
+                # A failed attempt, retried with backoff: a notification that kills the worker every time blocks
+                # neither its group's later ones for long nor other groups, and expires at max_age_s. `in_flight`
+                # stays as it was: set if the notifier checks for duplicates, so it looks before posting again.
+                delivery.attempts += 1
+                delivery.next_attempt_at = wall + self._retry_delay(delivery.attempts)
+                delivery.last_error = f"worker died: {text}"
+                with self.counters.lock:
+                    self.counters.retried += 1
+        if pending:
+            self._persist()  # the new thread must not be the first to write what the dead one was doing
 
     def _persist(self) -> None:
         try:
@@ -236,6 +332,8 @@ class _Worker:
             return WorkerHealth(
                 notifier=self.name,
                 alive=self.thread.is_alive(),
+                restarts=c.restarts,
+                keeps_dying=c.deaths_in_a_row >= KEEPS_DYING_AFTER,
                 queued=self.outbox.pending(self.name),
                 delivered=c.delivered,
                 retried=c.retried,
@@ -266,6 +364,8 @@ class Dispatcher:
         self.max_age_s = max_age_s
         self.rng = rng or random.Random()
         self.stopping = threading.Event()
+        self._supervisor_wake = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise_loop, name="lagwatch-notify-supervisor", daemon=True)
         self._workers = {name: _Worker(name, notifier, self) for name, notifier in self.notifiers.items()}
 
     @property
@@ -280,19 +380,50 @@ class Dispatcher:
     def health(self) -> dict[str, WorkerHealth]:
         return {name: worker.health() for name, worker in self._workers.items()}
 
+    @property
+    def supervising(self) -> bool:
+        """The supervisor runs (a dead worker will be started again). False before start() and after stop()."""
+        return self._supervisor.is_alive()
+
     def start(self) -> Dispatcher:
         self._drop_orphans()
         for worker in self._workers.values():
-            worker.thread.start()
+            worker.start()
+        self._supervisor.start()
         return self
+
+    def wake_supervisor(self) -> None:
+        self._supervisor_wake.set()
+
+    def supervise(self) -> None:
+        """Restarts the worker threads that died (see the module's docstring). The supervisor calls it."""
+        now = time.monotonic()
+        for worker in self._workers.values():
+            if self.stopping.is_set():
+                return
+            worker.supervise(now)
+
+    def _supervise_loop(self) -> None:
+        while not self.stopping.is_set():
+            self._supervisor_wake.wait(SUPERVISE_S)
+            self._supervisor_wake.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self.supervise()
+            except Exception:  # a bug here must not end the supervision for good
+                log.exception("notifier supervisor error; it carries on")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Asks every worker to stop and waits up to `timeout` in all. A worker inside a slow send (Slack sleeping
         out a Retry-After) finishes it first; its thread is a daemon, so it never holds the process up."""
         self.stopping.set()
+        self.wake_supervisor()
         with self.outbox.changed:
             self.outbox.changed.notify_all()
         deadline = time.monotonic() + timeout
+        if self._supervisor.is_alive():  # first: it must not start a worker that stop() then misses
+            self._supervisor.join(max(0.0, deadline - time.monotonic()))
         for worker in self._workers.values():
             if worker.thread.is_alive():
                 worker.thread.join(max(0.0, deadline - time.monotonic()))

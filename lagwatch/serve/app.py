@@ -226,14 +226,14 @@ def openapi_document() -> dict[str, Any]:
 
 
 def _liveness_problems(daemon: Daemon) -> list[str]:
-    return health.liveness_problems(health.scheduler_running(daemon.scheduler), daemon.dispatcher.health())
+    return health.liveness_problems(health.scheduler_running(daemon.scheduler), daemon.dispatcher.supervising)
 
 
 def _probes(app: FastAPI) -> None:
     # Plain `def`: they take the dispatcher's locks, so they run on the thread pool, never blocking the event loop.
     @app.get(
         "/healthz",
-        summary="Alive: the poll scheduler runs and every notifier's worker thread is alive (never depends on Kafka)",
+        summary="Alive: the poll scheduler and the notifier workers' supervisor run (never depends on Kafka)",
         response_model=models.Health,
         response_model_exclude_none=True,
         responses={503: {"model": models.Health}},
@@ -247,7 +247,7 @@ def _probes(app: FastAPI) -> None:
 
     @app.get(
         "/readyz",
-        summary="Ready: every cluster had a successful poll, no notifier keeps failing to save the state, alive",
+        summary="Ready: every cluster had a successful poll, every notifier worker runs and saves the state, alive",
         response_model=models.Readiness,
         response_model_exclude_none=True,
         responses={503: {"model": models.Readiness}},

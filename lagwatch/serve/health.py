@@ -1,8 +1,11 @@
 """Self-monitoring: is the daemon alive (/healthz), and is it ready to be relied on (/readyz)?
 
-Alive: the scheduler that runs the polls is running, and every notifier's worker thread is alive. A dead one means
-alerts are decided but never sent: restarting the process is the fix, so the liveness probe must fail.
-Ready: every cluster had a successful poll, and no notifier worker keeps failing to save the state.
+Alive: the scheduler that runs the polls is running, and so is the dispatcher's supervisor, which starts a dead
+notifier worker thread again. Without it a dead worker means alerts decided but never sent: restarting the process is
+the fix, so the liveness probe must fail. A worker that dies again and again is not a liveness problem: a new process
+would die the same way on the same outbox, and polls would stop meanwhile.
+Ready: every cluster had a successful poll, every notifier worker thread is alive and not dying again and again,
+and no notifier worker keeps failing to save the state.
 """
 
 from __future__ import annotations
@@ -29,8 +32,14 @@ def scheduler_running(scheduler: Any) -> bool:
     return bool(scheduler.running) and (thread is None or thread.is_alive())
 
 
-def dead_workers(workers: Mapping[str, WorkerHealth]) -> list[str]:
-    return sorted(name for name, h in workers.items() if not h.alive)
+def worker_problems(workers: Mapping[str, WorkerHealth]) -> list[str]:
+    problems = []
+    for name, h in sorted(workers.items()):
+        if not h.alive:
+            problems.append(f"notifier {name!r}: its worker thread is dead")
+        elif h.keeps_dying:
+            problems.append(f"notifier {name!r}: its worker thread keeps dying ({h.restarts} restarts)")
+    return problems
 
 
 @dataclass
@@ -76,9 +85,10 @@ class PersistStreaks:
         return failing
 
 
-def liveness_problems(scheduler_is_running: bool, workers: Mapping[str, WorkerHealth]) -> list[str]:
+def liveness_problems(scheduler_is_running: bool, supervising: bool) -> list[str]:
     problems = [] if scheduler_is_running else ["the poll scheduler is not running"]
-    problems += [f"notifier {name!r}: its worker thread is dead" for name in dead_workers(workers)]
+    if not supervising:
+        problems.append("the notifier supervisor is not running: a dead notifier worker stays dead")
     return problems
 
 
@@ -91,7 +101,8 @@ def readiness(
     """(clusters still waiting for a successful poll, other problems). `state_owed`: the last save of the alert
     state failed, so what is decided lives only in memory until the disk takes it again."""
     waiting = [rt.name for rt in clusters if rt.last_success is None]
-    problems = [f"notifier {name!r}: saving the state keeps failing" for name in streaks.failing(workers)]
+    problems = worker_problems(workers)
+    problems += [f"notifier {name!r}: saving the state keeps failing" for name in streaks.failing(workers)]
     if state_owed:
         problems.append("saving the alert state failed (disk full or read-only?); alerting goes on from memory")
     return waiting, problems

@@ -267,6 +267,11 @@ _NOTIFIER_COUNTERS: tuple[tuple[str, str, Callable[[WorkerHealth], int]], ...] =
         "Failed saves of the alert state by the notifier's worker",
         lambda h: h.persist_failures,
     ),
+    (
+        "notifier_worker_restarts",
+        "Worker threads of the notifier that died and were started again",
+        lambda h: h.restarts,
+    ),
 )
 
 

@@ -37,7 +37,9 @@ class Error(_Out):
 
 class Health(_Out):
     status: Literal["ok", "failing"]
-    problems: list[str] | None = Field(default=None, description="only when failing: a dead notifier worker, ...")
+    problems: list[str] | None = Field(
+        default=None, description="only when failing: the poll scheduler or the notifier supervisor stopped"
+    )
 
 
 class Readiness(_Out):

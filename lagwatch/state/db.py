@@ -4,7 +4,9 @@ outbox and the notifiers' message references as rows, and each cluster's history
 Small transactions: a save writes only the rows whose durable content changed since the last save that reached
 the disk (a delivery deletes one outbox row and upserts one reference), never the whole state. A save that fails
 (disk full, read-only volume, too many open files) raises, and changes nothing that was known to be on disk: the
-next save writes everything still owed. Memory stays the truth meanwhile, so alerting goes on.
+next save writes everything still owed. Memory stays the truth meanwhile, so alerting goes on. That holds from the
+start too: a state directory that refuses writes when lagwatch starts (SQLite writes even to open) is read without
+writing, and the first save that has something to write opens it for writing again, or fails and is counted.
 
 Versions: `PRAGMA user_version` is the schema version. An older one is migrated; a newer one (written by a newer
 lagwatch) or a damaged file is moved aside with one log line, and the last good copy (made at every clean stop) is
@@ -61,6 +63,7 @@ class StateDatabase:
         self.path = directory / FILE
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self.read_only = False  # opened without writing (the disk refused): the next write opens it again
         # What is known to be on disk, per table and key: the body written. Saves write only the difference.
         self._written: dict[str, dict[str, str]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
         self.writes = 0  # rows written or deleted, for the benchmark and the tests
@@ -72,7 +75,7 @@ class StateDatabase:
             self._db = self._connect(self.path)
         except sqlite3.OperationalError as e:
             # Disk full, read-only, no permission: the file may be fine. Never set it aside for that.
-            raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot open {FILE}: {e}") from None
+            self._db = self._connect_read_only(e)
         except (sqlite3.DatabaseError, _NewerSchemaError) as e:
             self._set_aside_file(e)
             self._db = self._connect_last_good()
@@ -94,6 +97,48 @@ class StateDatabase:
             db.close()
             raise
         return db
+
+    def _connect_read_only(self, error: sqlite3.Error) -> sqlite3.Connection:
+        """The saved state, read without writing anything: a full disk must not keep lagwatch from starting (a pod
+        restarting on a full volume would never alert). SQLite's read-only mode needs a shared-memory file it may
+        not be able to create; then the file alone is read, but only if the WAL holds nothing (it is never skipped:
+        it may hold the last deliveries, and reading without them would send them again)."""
+        cannot = LagwatchError(f"state_dir {str(self.directory)!r}: cannot open {FILE}: {error}")
+        if not self.path.is_file():
+            raise cannot from None  # nothing saved yet: nothing to read
+        uri = self.path.resolve().as_uri()
+        uris = [f"{uri}?mode=ro"]
+        wal = Path(f"{self.path}-wal")
+        if not wal.exists() or wal.stat().st_size == 0:
+            uris.append(f"{uri}?immutable=1")  # skips the WAL, which holds nothing
+        for candidate in uris:
+            db = sqlite3.connect(candidate, uri=True, isolation_level=None, check_same_thread=False, timeout=5)
+            try:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.Error:
+                db.close()
+                continue
+            if version != SCHEMA_VERSION:  # an older schema needs a migration (a write), a newer one setting aside
+                db.close()
+                break
+            self.read_only = True
+            log.error(
+                "state directory refuses writes (disk full or read-only?): the saved state is read, alerting goes "
+                "on from memory, saves are tried again",
+                extra={"file": str(self.path), "error": str(error)},
+            )
+            return db
+        raise cannot from None
+
+    def _writable(self) -> sqlite3.Connection:
+        """The connection, opened for writing again first if it was opened read-only. Raises sqlite3.Error while
+        the disk still refuses."""
+        if self.read_only:
+            db = self._connect(self.path)
+            self.db.close()
+            self._db, self.read_only = db, False
+            log.warning("state database writable again", extra={"file": str(self.path)})
+        return self.db
 
     def _set_aside_file(self, error: BaseException) -> None:
         aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
@@ -126,7 +171,7 @@ class StateDatabase:
         with self._lock:
             if self._db is None:
                 return
-            if keep_copy:
+            if keep_copy and not self.read_only:  # read-only: the file is as it was, and the disk is full
                 with contextlib.suppress(sqlite3.Error, OSError):
                     tmp = self.directory / f".{LAST_GOOD}.tmp"
                     with contextlib.closing(sqlite3.connect(tmp)) as target:
@@ -144,7 +189,7 @@ class StateDatabase:
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            db = self.db
+            db = self._writable()
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
