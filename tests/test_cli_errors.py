@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+
+import pytest
 
 from tests.conftest import run_lagwatch
 
@@ -35,3 +39,23 @@ def test_missing_java_says_what_to_install() -> None:
         done.stderr.strip()
         == "lagwatch: java not found on PATH: install Java 17 (apt-get install openjdk-17-jre-headless)"
     )
+
+
+# The daemon's image has the venv without the spark extra: the CLI (whose parser imports every pipeline job's module)
+# must start without pyarrow, pandas, numpy, pyspark or matplotlib.
+WITHOUT_SPARK_EXTRA = (
+    "import sys\n"
+    "class NoSparkExtra:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('pyarrow', 'pandas', 'numpy', 'pyspark', 'matplotlib'):\n"
+    "            raise ImportError(f'No module named {name!r}')\n"
+    "sys.meta_path.insert(0, NoSparkExtra())\n"
+    "from lagwatch.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["validate", "--help"], ["pipeline", "offsets-topic", "--help"]])
+def test_the_cli_starts_without_the_spark_extra(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SPARK_EXTRA, *args], capture_output=True, text=True)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

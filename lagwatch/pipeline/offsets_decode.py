@@ -2,7 +2,9 @@
 Kafka source gives them) in, one decoded row per record out, through the same core decoder the daemon uses.
 
 Executors import this module, so it imports only the core decoder, the standard library and pyarrow: no
-kafka-python, no Slack, no pyspark (tests/test_pipeline_offsets_topic.py checks this).
+kafka-python, no Slack, no pyspark (tests/test_pipeline_offsets_topic.py checks this). pyarrow is imported when the
+first batch is decoded, not with the module: the CLI imports it to build its parser, also in the daemon's image,
+which has no pyarrow.
 
 Control records of transactions (commit and abort markers) are never decoded: Kafka's Java consumer, which Spark's
 connector runs, drops control batches itself, and should one come through anyway its key (int16 version 0, then
@@ -12,11 +14,10 @@ int16 type 0 abort or 1 commit: 4 bytes, shorter than any offset commit key) is 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from lagwatch.offsets_topic import (
     GroupMetadata,
@@ -27,6 +28,9 @@ from lagwatch.offsets_topic import (
     Undecodable,
     decode_record,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Kinds of decoded rows (the `kind` column).
 OFFSET_COMMIT = "offset_commit"
@@ -70,43 +74,50 @@ DECODED_DDL = ", ".join(
     ]
 )
 
-_TS = pa.timestamp("us", tz="UTC")
-_MEMBER = pa.struct(
-    [
-        ("member_id", pa.string()),
-        ("group_instance_id", pa.string()),
-        ("client_id", pa.string()),
-        ("client_host", pa.string()),
-        ("subscribed_topics", pa.list_(pa.string())),
-    ]
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("source_partition", pa.int32()),
-        ("source_offset", pa.int64()),
-        ("source_timestamp", _TS),
-        ("key_version", pa.int32()),
-        ("value_version", pa.int32()),
-        ("tombstone", pa.bool_()),
-        ("group", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("leader_epoch", pa.int32()),
-        ("metadata", pa.string()),
-        ("commit_timestamp", _TS),
-        ("expire_timestamp", _TS),
-        ("protocol_type", pa.string()),
-        ("generation", pa.int32()),
-        ("protocol", pa.string()),
-        ("leader", pa.string()),
-        ("state_timestamp", _TS),
-        ("members", pa.list_(_MEMBER)),
-        ("reason", pa.string()),
-    ]
-)
-_WIDTH = len(ARROW_SCHEMA) - 4  # columns after the source ones
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """The decoded rows as Arrow, column for column DECODED_DDL."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    member = pa.struct(
+        [
+            ("member_id", pa.string()),
+            ("group_instance_id", pa.string()),
+            ("client_id", pa.string()),
+            ("client_host", pa.string()),
+            ("subscribed_topics", pa.list_(pa.string())),
+        ]
+    )
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("source_partition", pa.int32()),
+            ("source_offset", pa.int64()),
+            ("source_timestamp", ts),
+            ("key_version", pa.int32()),
+            ("value_version", pa.int32()),
+            ("tombstone", pa.bool_()),
+            ("group", pa.string()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("leader_epoch", pa.int32()),
+            ("metadata", pa.string()),
+            ("commit_timestamp", ts),
+            ("expire_timestamp", ts),
+            ("protocol_type", pa.string()),
+            ("generation", pa.int32()),
+            ("protocol", pa.string()),
+            ("leader", pa.string()),
+            ("state_timestamp", ts),
+            ("members", pa.list_(member)),
+            ("reason", pa.string()),
+        ]
+    )
+
+
 _CONTROL_KEYS = (b"\x00\x00\x00\x00", b"\x00\x00\x00\x01")
 _INT16 = struct.Struct(">h")
 
@@ -203,16 +214,20 @@ def _key_version(key: bytes | None) -> int | None:
 
 def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow: Spark's Kafka rows (key, value, partition, offset, timestamp) in, decoded rows out."""
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    width = len(schema) - 4  # columns after the source ones
     for batch in batches:
         keys = batch.column("key").to_pylist()
         values = batch.column("value").to_pylist()
         rows = [decode_row(k, v) for k, v in zip(keys, values, strict=True)]
-        decoded = list(zip(*rows, strict=True)) if rows else [()] * (_WIDTH + 1)
+        decoded = list(zip(*rows, strict=True)) if rows else [()] * (width + 1)
         arrays = [
             pa.array(decoded[0], pa.string()),
             batch.column("partition").cast(pa.int32()),
             batch.column("offset").cast(pa.int64()),
-            batch.column("timestamp").cast(_TS),
-            *(pa.array(col, ARROW_SCHEMA.field(i).type) for i, col in enumerate(decoded[1:], start=4)),
+            batch.column("timestamp").cast(schema.field("source_timestamp").type),
+            *(pa.array(col, schema.field(i).type) for i, col in enumerate(decoded[1:], start=4)),
         ]
-        yield pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
