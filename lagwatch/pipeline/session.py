@@ -2,22 +2,39 @@
 
 The connector must match Spark's version (pyspark is pinned to 4.2.x, whose connector is on Maven Central). Ivy
 resolves it from Maven Central into ~/.ivy2.5.2 on first use; pyspark already ships lz4-java and snappy-java, and
-Ivy fails to fetch those two, so they are excluded.
+Ivy fails to fetch those two, so they are excluded. The pipeline image (deploy/Dockerfile, target `pipeline`) has the
+connector and its dependencies baked in and names their directory in LAGWATCH_SPARK_JARS: when that directory has
+the connector of this Spark version, its jars are given as `spark.jars` and nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from lagwatch.errors import LagwatchError
 
 SCALA = "2.13"
+JARS_ENV = "LAGWATCH_SPARK_JARS"
 
 
 def kafka_connector(spark_version: str) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{spark_version}"
+
+
+def connector_conf(spark_version: str, jars_dir: str | None) -> dict[str, str]:
+    """Spark settings that load the Kafka connector: every jar of `jars_dir` when the connector of `spark_version`
+    is among them, else Ivy resolving it from Maven Central (`spark.jars.packages`)."""
+    if jars_dir:
+        jars = sorted(Path(jars_dir).glob("*.jar"))
+        if any(jar.name == f"spark-sql-kafka-0-10_{SCALA}-{spark_version}.jar" for jar in jars):
+            return {"spark.jars": ",".join(str(jar) for jar in jars)}
+    return {
+        "spark.jars.packages": kafka_connector(spark_version),
+        "spark.jars.excludes": "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java",
+    }
 
 
 def check_spark() -> None:
@@ -47,10 +64,10 @@ def spark_session(master: str | None = "local[2]", app: str = "lagwatch", **conf
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
+    for key, value in connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)).items():
+        builder = builder.config(key, value)
     builder = (
-        builder.config("spark.jars.packages", kafka_connector(pyspark.__version__))
-        .config("spark.jars.excludes", "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java")
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
     )
