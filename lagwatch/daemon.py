@@ -180,11 +180,15 @@ class Daemon:
 
     # -- the pipeline -----------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _exact_clock_sink(runtime: ClusterRuntime) -> Callable[[Sequence[Record], bool], None]:
+    def _exact_clock_sink(self, runtime: ClusterRuntime) -> Callable[[Sequence[Record], bool], None]:
+        recording = self.settings.lake.enabled
+
         def sink(records: Sequence[Record], caught_up: bool) -> None:
             with runtime.lock:  # between two polls of the cluster, never during one
                 runtime.history.observe_records(records, caught_up)
+                if recording:  # the lake records them with the next poll: the replay's step gets them alike
+                    runtime.lake_records.extend(records)
+                    runtime.lake_records_caught_up = runtime.lake_records_caught_up or caught_up
 
         return sink
 
@@ -192,9 +196,10 @@ class Daemon:
         runtime = self.clusters[name]
         snapshot = runtime.poller.poll()
         with runtime.lock:
+            records, caught_up = runtime.take_lake_records()
             evaluation = self.pipelines[name].step(snapshot)
         if self.lake is not None:
-            self.lake.record_poll(snapshot, evaluation)
+            self.lake.record_poll(snapshot, evaluation, records, caught_up)
         with self.book_lock:
             if self.lake is not None:  # before _flush: the transitions this step made, then notifications
                 self.lake.record_transitions(snapshot, evaluation, self.book)

@@ -9,6 +9,7 @@ from typing import Any
 from lagwatch.config import ClusterConfig
 from lagwatch.history import ClusterHistory
 from lagwatch.model import ClusterSnapshot
+from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation
 
 
@@ -29,6 +30,15 @@ class ClusterRuntime:
     history_saved_at: float = 0.0
     history_owed: bool = False  # the last save of its history failed (logged once per streak)
     offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
+    # For the lake: the records folded into the history since the last step, which the lake records with the next
+    # poll so that a replay feeds the step the same (kept only while the lake is on).
+    lake_records: list[Record] = field(default_factory=list)
+    lake_records_caught_up: bool = False
+
+    def take_lake_records(self) -> tuple[list[Record], bool]:
+        """Under `lock`: the records since the last step, and whether the reader has caught up."""
+        records, self.lake_records = self.lake_records, []
+        return records, self.lake_records_caught_up
 
     def exact_clocks(self) -> dict[str, Any]:
         """State of the `__consumer_offsets` reader, for the API and metrics."""

@@ -230,3 +230,70 @@ def test_a_full_disk_never_stops_alerting_and_the_lake_recovers(tmp_path: Path, 
     alerts = read(tiny_disk / "lake", "alerts").to_pandas()
     assert list(alerts.transition) == ["firing"] and list(alerts.rule) == ["stopped"]
     assert not list(tiny_disk.rglob(".tmp-*"))
+
+
+def test_exact_clock_records_are_recorded_and_a_replay_reaches_the_same_expiry_alert(tmp_path: Path) -> None:
+    """The __consumer_offsets records the daemon folds into its history go into the lake with the next poll, so a
+    replay feeds its step the same: here they date a group's emptiness 400 s before lagwatch started, which brings
+    the expiry warning forward from about 450 s after start to 50 s."""
+    from lagwatch.lake.codec import polls_from_rows
+    from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
+    from lagwatch.pipeline.backtest import RECORDED, Candidate, ClusterParams, replay
+
+    rules = {"expiry": {"retention_minutes": 10}}
+    alerts = {"group_wait_s": 0, "group_interval_s": 0}
+    settings = load_settings(
+        rules=rules,
+        alerts=alerts,
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        lake={"enabled": True, "path": str(tmp_path / "lake")},
+    )
+    clusters = {"c": load_settings(clusters={"c": {"bootstrap_servers": ["127.0.0.1:1"]}}).clusters["c"]}
+
+    class QuietPoller(FakePoller):  # an Empty group, caught up: only its offsets' expiry can raise anything
+        def poll(self) -> ClusterSnapshot:
+            self.t += 10
+            return snapshot(self.t, [group("g", {TP: 5}, state="Empty", members=0)], {TP: 5})
+
+    sinks: list[Any] = []
+
+    class Reader:
+        def __init__(self, name: str, config: Any, sink: Any) -> None:
+            sinks.append(sink)
+
+        def status(self) -> Any:
+            from lagwatch.collect.offsets_reader import ReaderState, ReaderStatus
+
+            return ReaderStatus(ReaderState.LIVE, 2, 0, None)
+
+        def stop(self, timeout: float) -> None:
+            pass
+
+    daemon = Daemon(settings, clusters=clusters, notifiers={}, poller_factory=QuietPoller, reader_factory=Reader)
+    empty_since_ms = int((T0 - 400) * 1000)
+    records = [
+        OffsetCommit("g", TP.topic, TP.partition, 5, None, "", empty_since_ms - 5000, None, 3),
+        GroupMetadata("g", "consumer", 4, None, None, empty_since_ms, (), 3),
+    ]
+    try:
+        sinks[0](records, True)
+        for _ in range(10):
+            daemon.poll_cluster("c")
+        raised = {(a.rule, a.severity) for a in daemon.book.alerts.values() if a.state == "firing"}
+        assert raised == {("expiry", "warning")}
+    finally:
+        daemon.stop()
+    rows = read(tmp_path / "lake", "snapshots").to_pandas()
+    assert list(rows[rows.row_kind == "record"].ordinal) == [1, 2]  # right after the first poll's row
+    first = polls_from_rows("c", rows.to_dict("records"))[0]
+    assert first.records == tuple(records) and first.records_caught_up
+    params = ClusterParams(90.0, False, rules, alerts)
+    recorded = [Candidate(RECORDED, None, None)]
+    replayed = [r for r in replay("c", rows.to_dict("records"), recorded, params) if r["kind"] == "alert"]
+    lake_alerts = read(tmp_path / "lake", "alerts").to_pandas()
+    assert [(r["rule"], r["severity"], r["fired_at"]) for r in replayed] == [
+        (r.rule, r.severity, r.fired_at) for r in lake_alerts.itertuples()
+    ]
+    without = rows[rows.row_kind != "record"].to_dict("records")  # what a lake without the records would replay
+    assert [r for r in replay("c", without, recorded, params) if r["kind"] == "alert"] == []

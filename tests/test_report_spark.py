@@ -251,7 +251,7 @@ def test_report_bad_input_is_one_line(tmp_path: Path, lake: Path) -> None:
     assert backwards.returncode == 2 and "--since must be before --until" in backwards.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("rules:\n  lag:\n    warning: {offsets: -3}\n")
-    invalid = run("--lake", str(lake), "--config", str(bad), "--out", str(tmp_path / "o"), "--master", "local[1]")
+    invalid = run("--lake", str(lake), "--config", str(bad), "--out", str(tmp_path / "o"))  # before Spark starts
     assert invalid.returncode == 2 and "rules.lag.warning.offsets" in invalid.stderr, invalid.stderr
     assert "Traceback" not in invalid.stderr
 
@@ -278,3 +278,41 @@ def test_lake_files_of_schema_1_read_alongside_schema_2(lake: Path, tmp_path: Pa
     new_groups = groups[groups.taken_at.isin(set(new.column("taken_at").to_pylist()))]
     assert old_groups.expires_at.isna().all()
     assert new_groups.expires_at.notna().any()  # the idle group's expiry, written by the daemon's evaluation
+
+
+@pytest.mark.spark
+def test_digest_goes_to_slack_once_and_a_failed_digest_is_one_line(
+    lake: Path, tmp_path: Path, report: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lagwatch.cli import _parser
+    from tests.fake_slack import FakeSlack
+
+    slack = FakeSlack().start()
+    try:
+        config = tmp_path / "lagwatch.yaml"
+        config.write_text(
+            "clusters:\n  c: {bootstrap_servers: ['127.0.0.1:1']}\n"
+            f"notifiers:\n  slack: {{token: {slack.token}, base_url: '{slack.base_url}', default_channel: '#lag'}}\n"
+            f"rules: {RULES!r}\n".replace("'", '"')
+        )
+
+        def run(*extra: str) -> int:
+            argv = ["pipeline", "report", "--lake", str(lake), "--config", str(config), "--notify", "slack", *extra]
+            args = _parser().parse_args([*argv, "--out", str(tmp_path / "out"), "--plot-groups", "0"])
+            return int(args.func(args))
+
+        assert run() == 0
+        (post,) = slack.delivered("chat.postMessage")
+        text = post.args["text"]
+        assert text.startswith(report.title) and "`laggy`" in text and "Longest incidents" in text
+        assert "`idle` came within 2.0 h of losing its offsets" in text
+        assert slack.token not in capsys.readouterr().err
+        assert (tmp_path / "out" / "report.html").is_file()
+        from lagwatch.pipeline.report import _digest_notifier, send_digest
+
+        slack.fail_next = 10  # Slack answers 500 (after slack-sdk's own retries): exit 1, one line
+        assert send_digest(_digest_notifier(str(config), "slack"), report) == 1
+        assert "the report is written, but its digest was not sent" in capsys.readouterr().err
+        assert len(slack.delivered("chat.postMessage")) == 1
+    finally:
+        slack.stop()

@@ -3,6 +3,8 @@ so the Spark backtest's executors import it next to the core.
 
 One poll of one cluster becomes, in this order (`ordinal` keeps it):
   - one `poll` row: duration, error, the brokers' retention settings, requests, missing topics, record times;
+  - one `record` row per `__consumer_offsets` record the daemon folded into the history since the previous poll
+    (exact clocks: commits, offset and group tombstones, group metadata), in the topic's order;
   - per group, one `group` row (state, protocol, kind, coordinator, members as JSON, error), then one `partition`
     row per group-partition (committed offset, the partition's offsets, lag, lag state, lag in seconds);
   - one `offsets` row per partition of the snapshot that no group-partition row carries.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,8 +29,17 @@ from lagwatch.model import (
     PartitionOffsets,
     TopicPartition,
 )
+from lagwatch.offsets_topic import (
+    GroupMember,
+    GroupMetadata,
+    GroupTombstone,
+    OffsetCommit,
+    OffsetTombstone,
+    Record,
+)
 
-# 2: group rows carry `expires_at`. Readers take both (a column missing from version-1 files reads as null).
+# 2: group rows carry `expires_at`; `record` rows and the poll row's `records_caught_up` carry the exact clocks' input.
+# Readers take both versions (a column missing from version-1 files reads as null).
 SCHEMA_VERSION = 2
 
 # Column name -> type (names of pyarrow types, so that this module needs no pyarrow). `cluster` and `date` are
@@ -70,6 +82,8 @@ SNAPSHOT_COLUMNS: dict[str, str] = {
     "missing_topics_json": "string",
     "record_times_json": "string",  # [[topic, partition, offset, written_at]]
     "expires_at": "float64",  # group rows (version 2): the earliest time the group's offsets can expire
+    "records_caught_up": "bool",  # poll rows (version 2): the __consumer_offsets reader had read up to the end
+    "record_json": "string",  # record rows (version 2): one decoded __consumer_offsets record, losslessly
 }
 
 ALERT_COLUMNS: dict[str, str] = {
@@ -121,12 +135,53 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def record_json(record: Record) -> str | None:
+    """One `__consumer_offsets` record as compact JSON; None for the kinds the history ignores (other key types,
+    undecodable records)."""
+    if isinstance(record, OffsetCommit):
+        r = record
+        return _dumps(["commit", r.group, r.topic, r.partition, r.offset, r.leader_epoch, r.metadata,
+                       r.commit_timestamp_ms, r.expire_timestamp_ms, r.value_version])  # fmt: skip
+    if isinstance(record, OffsetTombstone):
+        return _dumps(["offset_tombstone", record.group, record.topic, record.partition])
+    if isinstance(record, GroupMetadata):
+        g = record
+        members = [[m.member_id, m.group_instance_id, m.client_id, m.client_host, list(m.subscribed_topics)]
+                   for m in g.members]  # fmt: skip
+        return _dumps(["group", g.group, g.protocol_type, g.generation, g.protocol, g.leader,
+                       g.current_state_timestamp_ms, members, g.value_version])  # fmt: skip
+    if isinstance(record, GroupTombstone):
+        return _dumps(["group_tombstone", record.group])
+    return None
+
+
+def record_from_json(text: str) -> Record:
+    x = json.loads(text)
+    kind = x[0]
+    if kind == "commit":
+        return OffsetCommit(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9])
+    if kind == "offset_tombstone":
+        return OffsetTombstone(x[1], x[2], x[3])
+    if kind == "group":
+        members = tuple(GroupMember(m[0], m[1], m[2], m[3], tuple(m[4])) for m in x[7])
+        return GroupMetadata(x[1], x[2], x[3], x[4], x[5], x[6], members, x[8])
+    if kind == "group_tombstone":
+        return GroupTombstone(x[1])
+    raise ValueError(f"unknown record kind {kind!r}")
+
+
 def snapshot_rows(
-    snapshot: ClusterSnapshot, figures: LagFigures, expiries: Mapping[str, float] | None = None
+    snapshot: ClusterSnapshot,
+    figures: LagFigures,
+    expiries: Mapping[str, float] | None = None,
+    records: Sequence[Record] = (),
+    records_caught_up: bool = False,
 ) -> Columns:
     """One poll as columns. `figures`: per group and partition (lag, lag state, seconds, estimated, exact), as the
     daemon's evaluation computed them; partitions without figures get lag and state from the offsets alone.
-    `expiries`: per group, the earliest time its offsets can expire (the evaluation's)."""
+    `expiries`: per group, the earliest time its offsets can expire (the evaluation's). `records`: the
+    `__consumer_offsets` records folded into the history since the previous poll, and whether the reader had
+    caught up, so that a replay feeds the step the same."""
     from lagwatch.lag.offsets import partition_lag  # pure core
 
     names = list(SNAPSHOT_COLUMNS)
@@ -159,7 +214,21 @@ def snapshot_rows(
         record_times_json=_dumps([[tp.topic, tp.partition, o, w] for (tp, o), w in snapshot.record_times.items()])
         if snapshot.record_times
         else None,
+        records_caught_up=records_caught_up,
     )
+    for record in records:
+        text = record_json(record)
+        if text is None:
+            continue
+        commit = record if isinstance(record, OffsetCommit) else None
+        row(
+            "record",
+            group=getattr(record, "group", None),
+            topic=getattr(record, "topic", None),
+            partition=getattr(record, "partition", None),
+            committed=commit.offset if commit else None,
+            record_json=text,
+        )
     covered: set[TopicPartition] = set()
     for g in snapshot.groups:
         kind = g.kind.value
@@ -209,7 +278,7 @@ def snapshot_rows(
                     offsets.last_stable if offsets else None, offsets.error if offsets else None,
                     fig[0], fig[1], fig[2], fig[3], fig[4],
                     member.member_id if member else None,
-                    None, None, None, None, None, None, None, None,
+                    None, None, None, None, None, None, None, None, None, None,
                 )
             )  # fmt: skip
     for tp, offsets in snapshot.partitions.items():
@@ -241,8 +310,18 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def snapshots_from_rows(cluster: str, rows: Iterable[Mapping[str, Any]]) -> list[ClusterSnapshot]:
-    """The snapshots of one cluster, in time order, from its rows (any order; `taken_at` and `ordinal` sort them).
+@dataclass(frozen=True)
+class ReplayPoll:
+    """One recorded poll, as the daemon's step took it: the snapshot, and the `__consumer_offsets` records folded
+    into the history just before it (with whether the reader had caught up)."""
+
+    snapshot: ClusterSnapshot
+    records: tuple[Record, ...]
+    records_caught_up: bool
+
+
+def polls_from_rows(cluster: str, rows: Iterable[Mapping[str, Any]]) -> list[ReplayPoll]:
+    """The polls of one cluster, in time order, from its rows (any order; `taken_at` and `ordinal` sort them).
     A poll whose `poll` row is missing (a partial read) is skipped."""
     by_poll: dict[float, list[Mapping[str, Any]]] = {}
     for r in rows:
@@ -252,8 +331,15 @@ def snapshots_from_rows(cluster: str, rows: Iterable[Mapping[str, Any]]) -> list
         poll_rows = sorted(by_poll[t], key=lambda r: int(r["ordinal"]))
         if not poll_rows or poll_rows[0]["row_kind"] != "poll":
             continue
-        out.append(_snapshot(cluster, t, poll_rows))
+        records = tuple(record_from_json(r["record_json"]) for r in poll_rows if r["row_kind"] == "record")
+        caught_up = poll_rows[0].get("records_caught_up")
+        out.append(ReplayPoll(_snapshot(cluster, t, poll_rows), records, caught_up is True))
     return out
+
+
+def snapshots_from_rows(cluster: str, rows: Iterable[Mapping[str, Any]]) -> list[ClusterSnapshot]:
+    """The snapshots of one cluster, in time order (see polls_from_rows)."""
+    return [p.snapshot for p in polls_from_rows(cluster, rows)]
 
 
 def _snapshot(cluster: str, t: float, rows: Sequence[Mapping[str, Any]]) -> ClusterSnapshot:
@@ -284,6 +370,8 @@ def _snapshot(cluster: str, t: float, rows: Sequence[Mapping[str, Any]]) -> Clus
                 "error": _str(r["group_error"]),
             }
             continue
+        if kind == "record":
+            continue  # the exact clocks' input, not part of the poll (polls_from_rows)
         tp = TopicPartition(r["topic"], int(r["partition"]))
         if kind == "partition" and current is not None:
             committed = _int(r["committed"])

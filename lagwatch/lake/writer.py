@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +28,7 @@ from lagwatch.alerts.transitions import Transition, TransitionTracker
 from lagwatch.lake import codec
 from lagwatch.lake.settings import LakeConfig
 from lagwatch.model import ClusterSnapshot, TopicPartition
+from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation
 
 log = logging.getLogger("lagwatch.lake")
@@ -163,7 +164,13 @@ class LakeWriter:
         self.record_poll(snapshot, evaluation)
         return self.record_transitions(snapshot, evaluation, book)
 
-    def record_poll(self, snapshot: ClusterSnapshot, evaluation: Evaluation) -> None:
+    def record_poll(
+        self,
+        snapshot: ClusterSnapshot,
+        evaluation: Evaluation,
+        records: Sequence[Record] = (),
+        records_caught_up: bool = False,
+    ) -> None:
         """The poll's rows. Needs no lock on the alert book: the daemon calls it outside (the costly part, about
         0.5 s at 100k group-partitions, must not hold up the other clusters and the API)."""
         figures: dict[str, dict[TopicPartition, tuple[int | None, str, float | None, bool, bool]]] = {}
@@ -178,7 +185,7 @@ class LakeWriter:
                 )
                 for m in measure.partitions
             }
-        columns = codec.snapshot_rows(snapshot, figures, evaluation.expiries)
+        columns = codec.snapshot_rows(snapshot, figures, evaluation.expiries, records, records_caught_up)
         date = codec.date_of(snapshot.taken_at)
         self._add(_Batch("snapshots", snapshot.cluster, date, columns, len(columns["ordinal"]), time.monotonic()))
 

@@ -79,11 +79,11 @@ def replay(
     from lagwatch.alerts import AlertBook, AlertsConfig
     from lagwatch.alerts.transitions import TransitionTracker
     from lagwatch.history import ClusterHistory
-    from lagwatch.lake.codec import snapshots_from_rows
+    from lagwatch.lake.codec import polls_from_rows
     from lagwatch.rules import RuleResolver, RulesConfig
     from lagwatch.step import ClusterPipeline
 
-    snapshots = snapshots_from_rows(cluster, rows)
+    polls = polls_from_rows(cluster, rows)
     out: list[dict[str, Any]] = []
     for candidate in candidates:
         rules = candidate.rules if candidate.rules is not None else params.rules
@@ -99,8 +99,9 @@ def replay(
         tracker = TransitionTracker(cluster)
         open_alerts: dict[str, dict[str, Any]] = {}
         base = {"config": candidate.name, "cluster": cluster}
-        for snapshot in snapshots:
-            evaluation = pipeline.step(snapshot)
+        for poll in polls:
+            snapshot = poll.snapshot
+            evaluation = pipeline.step(snapshot, poll.records, poll.records_caught_up)
             for t in tracker.observe(book, evaluation.now):
                 if t.transition == "firing":
                     open_alerts[t.key] = {

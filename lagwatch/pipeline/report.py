@@ -300,15 +300,26 @@ def _say(message: str) -> None:
     print(f"report: {message}", file=sys.stderr, flush=True)
 
 
-def _rules_of(spark: Any, lake: str, clusters: list[str], config: str | None, until: float | None) -> dict[str, Any]:
-    """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones."""
-    from lagwatch.pipeline.backtest import _params, load_candidate
+def _config_rules(config: str | None) -> Mapping[str, Any] | None:
+    """--config's rules, validated before Spark starts (one-line errors naming the file and field)."""
+    from lagwatch.pipeline.backtest import load_candidate
 
-    if config is not None:
-        candidate = load_candidate(config)  # one-line errors naming the file and field
-        if candidate.rules is None:
-            raise ReportError("--config: give a file with a rules: section (or leave --config out)")
-        return {c: candidate.rules for c in clusters}
+    if config is None:
+        return None
+    candidate = load_candidate(config)
+    if candidate.rules is None:
+        raise ReportError("--config: give a file with a rules: section (or leave --config out)")
+    return candidate.rules
+
+
+def _rules_of(
+    spark: Any, lake: str, clusters: list[str], rules: Mapping[str, Any] | None, until: float | None
+) -> dict[str, Any]:
+    """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones."""
+    from lagwatch.pipeline.backtest import _params
+
+    if rules is not None:
+        return {c: rules for c in clusters}
     recorded = _params(spark, lake, until)
     missing = [c for c in clusters if c not in recorded]
     if missing:
@@ -326,7 +337,9 @@ def run_report(
     expiry_margin_s: float = DEFAULT_EXPIRY_MARGIN_H * 3600,
     worst: int = DEFAULT_WORST,
     plotted_groups: int = DEFAULT_PLOTTED_GROUPS,
+    master: str | None = None,
 ) -> Report:
+    """The whole job. Every input is checked before Spark starts (a JVM takes seconds to come up)."""
     from lagwatch.pipeline.backtest import _check_lake, _range_text
 
     started = time.monotonic()
@@ -339,11 +352,16 @@ def run_report(
         from lagwatch.pipeline.jobs import check_out_dir
 
         check_out_dir(output)
+    rules = _config_rules(config)
+    if spark is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("lagwatch-report").getOrCreate()
     if spark is None:
         from lagwatch.pipeline.session import spark_session
 
-        _say("starting Spark")
-        spark = spark_session(app="lagwatch-report")
+        _say(f"starting Spark ({master or 'local[2]'})")
+        spark = spark_session(master=master or "local[2]", app="lagwatch-report")
     from pyspark.sql import functions as F
 
     from lagwatch.pipeline.lake_read import read_snapshots
@@ -361,7 +379,7 @@ def run_report(
         raise ReportError(f"no snapshots in {lake} {_range_text(since, until)}")
     for r in counts:
         _say(f"cluster {r['cluster']}: {r['polls']} polls, {_iso(r['first'])} .. {_iso(r['last'])}")
-    rules_of = _rules_of(spark, lake_path, [r["cluster"] for r in counts], config, until)
+    rules_of = _rules_of(spark, lake_path, [r["cluster"] for r in counts], rules, until)
     frames = compute(spark, lake_path, rules_of, since, until, expiry_margin_s, worst)
     out: dict[str, Any] = {}
     sort = {
@@ -588,36 +606,31 @@ def run_job(args: argparse.Namespace) -> int:
     since, until = _window(args, time.time())
     notifier = _digest_notifier(args.config, args.notify) if args.notify else None
     out = args.out or f"{lake.rstrip('/')}/reports/{datetime.now(UTC).strftime('%Y-%m-%d')}"
-    spark = None
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("lagwatch-report").getOrCreate()
-    elif args.master is not None:
-        from lagwatch.pipeline.session import spark_session
-
-        _say(f"starting Spark ({args.master})")
-        spark = spark_session(master=args.master, app="lagwatch-report")
     report = run_report(
         lake,
         out,
         since,
         until,
         args.config,
-        spark,
+        None,
         args.expiry_margin_hours * 3600,
         args.worst,
         args.plot_groups,
+        args.master,
     )
-    if notifier is not None:
-        from lagwatch.notify.base import DeliveryError
+    return 0 if notifier is None else send_digest(notifier, report)
 
-        try:
-            notifier.post_digest(report.title, digest(report, report.title))
-        except DeliveryError as e:
-            print(f"lagwatch: the report is written, but its digest was not sent: {e}", file=sys.stderr)
-            return 1
-        _say(f"digest sent through {args.notify}")
+
+def send_digest(notifier: Any, report: Report) -> int:
+    """The digest, once; a failure is one line and exit 1 (the report itself is written)."""
+    from lagwatch.notify.base import DeliveryError
+
+    try:
+        notifier.post_digest(report.title, digest(report, report.title))
+    except DeliveryError as e:
+        print(f"lagwatch: the report is written, but its digest was not sent: {e}", file=sys.stderr)
+        return 1
+    _say(f"digest sent through {notifier.name}")
     return 0
 
 
