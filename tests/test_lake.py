@@ -297,3 +297,16 @@ def test_exact_clock_records_are_recorded_and_a_replay_reaches_the_same_expiry_a
     ]
     without = rows[rows.row_kind != "record"].to_dict("records")  # what a lake without the records would replay
     assert [r for r in replay("c", without, recorded, params) if r["kind"] == "alert"] == []
+
+
+def test_one_lake_setting_serves_pyarrow_and_spark() -> None:
+    """The daemon and compact open the lake with pyarrow (s3://), Spark with Hadoop (s3a://): either spelling works
+    for both, so the chart's one `pipeline.lake` value serves every job."""
+    from lagwatch.pipeline.lake_read import spark_uri
+
+    assert spark_uri("s3://bucket/lake") == spark_uri("s3a://bucket/lake") == "s3a://bucket/lake"
+    assert spark_uri("gs://b/l") == "gs://b/l" and spark_uri("/data/lake") == "/data/lake"
+    filesystem, root = __import__("lagwatch.lake.writer", fromlist=["open_filesystem"]).open_filesystem(
+        "s3a://bucket/lake?region=eu-west-1"  # a region given: nothing is asked of the network
+    )
+    assert type(filesystem).__name__ == "S3FileSystem" and root == "bucket/lake"

@@ -60,10 +60,13 @@ def arrow_schema(columns: Mapping[str, str]) -> Any:
 
 
 def open_filesystem(path: str) -> tuple[Any, str]:
-    """A local path (made absolute) or a URI pyarrow knows (s3://, gs://, hdfs://, file://)."""
+    """A local path (made absolute) or a URI pyarrow knows (s3://, gs://, hdfs://, file://). Hadoop's `s3a://`,
+    which Spark needs, names the same place as pyarrow's `s3://`: one `lake` setting serves both."""
     from pyarrow import fs
 
     if "://" in path:
+        if path.startswith("s3a://"):
+            path = "s3://" + path.removeprefix("s3a://")
         filesystem, root = fs.FileSystem.from_uri(path)
         return filesystem, root.rstrip("/")
     return fs.LocalFileSystem(), os.path.abspath(path)

@@ -234,7 +234,9 @@ def _check_lake(path: str) -> str:
         raise BacktestError(f"--lake {path}: cannot open it: {str(e).splitlines()[0]}") from None
     if info.type != fs.FileType.Directory:
         raise BacktestError(f"--lake {path}: no lake there (no snapshots/ directory)")
-    return path if "://" in path else os.path.abspath(path)
+    from lagwatch.pipeline.lake_read import spark_uri
+
+    return spark_uri(path) if "://" in path else os.path.abspath(path)  # as Spark names it (s3:// is s3a://)
 
 
 def _params(spark: Any, lake: str, until: float | None) -> dict[str, ClusterParams]:

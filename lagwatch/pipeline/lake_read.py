@@ -29,13 +29,18 @@ def spark_schema(columns: Mapping[str, str]) -> str:
     return ", ".join([*fields, "`cluster` string", "`date` string"])
 
 
+def spark_uri(lake: str) -> str:
+    """The lake as Spark's Hadoop filesystems name it: pyarrow's (and the daemon's) `s3://` is Hadoop's `s3a://`."""
+    return "s3a://" + lake.removeprefix("s3://") if lake.startswith("s3://") else lake
+
+
 def read_snapshots(spark: Any, lake: str, since: float | None = None, until: float | None = None) -> Any:
     """The lake's snapshot rows in [since, until), every schema version, as a DataFrame."""
     from pyspark.sql import functions as F
 
     from lagwatch.lake.codec import SNAPSHOT_COLUMNS
 
-    df = spark.read.schema(spark_schema(SNAPSHOT_COLUMNS)).parquet(f"{lake}/snapshots")
+    df = spark.read.schema(spark_schema(SNAPSHOT_COLUMNS)).parquet(f"{spark_uri(lake)}/snapshots")
     if since is not None:  # the date predicate prunes whole partitions before the rows are read
         df = df.where((F.col("date") >= date_of(since)) & (F.col("taken_at") >= since))
     if until is not None:
