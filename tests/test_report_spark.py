@@ -7,6 +7,7 @@ within hours of expiring before a consumer returns."""
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -316,3 +317,96 @@ def test_digest_goes_to_slack_once_and_a_failed_digest_is_one_line(
         assert len(slack.delivered("chat.postMessage")) == 1
     finally:
         slack.stop()
+
+
+# -- hostile input ---------------------------------------------------------------------------------------------------
+
+ODD_NAMES = ["<script>alert(1)</script>", "q\"uo'te & <b>", "ünïcødé-日本語"]
+
+
+def write_small_lake(root: Path, cluster: str) -> None:
+    """20 polls of a cluster named `cluster` (with the daemon's recorded configuration): groups whose names need
+    escaping (one named in CJK), lagging for a while, and a group whose partition's offsets are never known."""
+    import dataclasses
+
+    pipeline = Pipeline(rules=RULES, max_gap_s=3 * POLL_S)
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(root), retention_days=0))
+    writer.record_config(cluster, RULES, {"group_wait_s": 0}, 3 * POLL_S, False, POLL_S, pipeline.book)
+    tp, unknown = TopicPartition("orders", 0), TopicPartition("gone", 0)
+    for i in range(20):
+        produced = 1000 * (i + 1)
+        groups = [group(g, {tp: produced - (1500 * k if 5 <= i < 12 else 0)}) for k, g in enumerate(ODD_NAMES, 1)]
+        groups.append(group("offsets-unknown", {unknown: 5}, subscribed=("gone",)))  # no offsets for `gone`: null lag
+        snap = dataclasses.replace(snapshot(T0 + i * POLL_S, groups, {tp: produced}), cluster=cluster)
+        writer.record(snap, pipeline.step(snap), pipeline.book)
+    writer.flush()
+
+
+@pytest.mark.spark
+def test_report_of_cluster_123_with_odd_names_and_unknown_lag(
+    tmp_path: Path, spark: Any, recwarn: pytest.WarningsRecorder
+) -> None:
+    """`cluster=123` is a name: the recorded configuration is found whatever the session infers (the backtest turns
+    inference off for the whole session; Spark's default is on). Names are escaped; a group whose lag is never known
+    gets a plot on its own time axis; a font without CJK glyphs warns nothing."""
+    from lagwatch.pipeline.report import run_report
+
+    write_small_lake(tmp_path / "lake", "123")
+    key = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "true")
+    try:
+        report = run_report(str(tmp_path / "lake"), str(tmp_path / "out"), spark=spark)
+    finally:
+        spark.conf.set(key, before)
+    assert set(report.group_daily.cluster) == {"123"}
+    assert set(report.group_daily.group) == {*ODD_NAMES, "offsets-unknown"}
+    assert pd.isna(report.group_daily.set_index("group").loc["offsets-unknown", "lag_max"])
+    page = Path(report.html_path).read_text()
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "q&quot;uo&#x27;te &amp; &lt;b&gt;" in page and "ünïcødé-日本語" in page
+    assert "lag unknown at every poll" in page and "1970" not in page
+    assert not [w for w in recwarn.list if "Glyph" in str(w.message)]
+    assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []  # no staging left
+
+
+@pytest.mark.spark
+def test_a_failed_report_leaves_the_previous_one_and_creates_nothing(tmp_path: Path, spark: Any) -> None:
+    from lagwatch.errors import LagwatchError
+    from lagwatch.pipeline.report import run_report
+
+    lake, out = tmp_path / "lake", tmp_path / "out"
+    write_small_lake(lake, "c")
+    run_report(str(lake), str(out), spark=spark, plotted_groups=0)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    (next((lake / "snapshots").rglob("part-*.parquet")).parent / "part-zz-truncated.parquet").write_bytes(b"PAR1xx")
+    for target in (out, tmp_path / "new" / "deeper"):
+        with pytest.raises(LagwatchError, match=r"^the Spark job failed: .*part-zz-truncated") as e:
+            run_report(str(lake), str(target), spark=spark, plotted_groups=0)
+        assert "\n" not in str(e.value)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # the previous report, untouched
+    assert not (tmp_path / "new").exists()  # nor a directory of the failed run
+
+
+def test_report_arguments_are_checked_before_spark_or_any_directory(tmp_path: Path) -> None:
+    import argparse
+
+    from lagwatch.errors import LagwatchError
+    from lagwatch.pipeline.backtest import _time_arg
+    from lagwatch.pipeline.report import _window, run_report
+
+    (tmp_path / "lake" / "snapshots").mkdir(parents=True)
+    out = tmp_path / "o" / "r"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules: [\n  nope")
+    for kwargs in ({"config": str(bad)}, {"expiry_margin_s": math.inf}, {"expiry_margin_s": math.nan}):
+        with pytest.raises(LagwatchError):  # no Spark session: these fail before one would start
+            run_report(str(tmp_path / "lake"), str(out), **kwargs)
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(LagwatchError, match="--last-days must be between 1 and"):
+        _window(argparse.Namespace(last_days=10**8, since=None, until=None), 1.8e9)
+    with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
+        _time_arg("0001-01-01T00:00:00+14:00")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LagwatchError, match=r"--out .*file: not a directory"):
+        run_report(str(tmp_path / "lake"), str(tmp_path / "file"))

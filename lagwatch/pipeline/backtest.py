@@ -172,7 +172,12 @@ def _time_arg(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f"not an ISO time (e.g. 2026-11-01 or 2026-11-01T12:00:00Z): {value!r}"
         ) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    t = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    try:
+        datetime.fromtimestamp(t, UTC)  # the lake's date partitions need a date of years 1 to 9999 in UTC
+    except (OverflowError, ValueError):
+        raise argparse.ArgumentTypeError(f"out of range: {value!r}") from None
+    return t
 
 
 def load_candidate(path: str) -> Candidate:
@@ -243,8 +248,10 @@ def _params(spark: Any, lake: str, until: float | None) -> dict[str, ClusterPara
     """Per cluster, the latest configuration recorded (before `until`)."""
     from pyspark.sql import functions as F
 
-    try:
-        df = spark.read.parquet(f"{lake}/config")
+    from lagwatch.pipeline.lake_read import read_config
+
+    try:  # the declared schema: `cluster=123` is a name, whatever the session infers
+        df = read_config(spark, lake)
     except Exception:  # no config dataset: a lake written by hand, or without a daemon start
         return {}
     if until is not None:
@@ -403,7 +410,14 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 
         _say(f"starting Spark ({args.master})")
         spark = spark_session(master=args.master, app="lagwatch-backtest")
-    run_backtest(args.lake, args.config, args.output, args.since, args.until, spark)
+    try:
+        run_backtest(args.lake, args.config, args.output, args.since, args.until, spark)
+    except LagwatchError:
+        raise
+    except Exception as e:  # a Spark or Py4J failure (an unreadable file, an unknown scheme...): one line
+        from lagwatch.pipeline.jobs import spark_error
+
+        raise LagwatchError(f"the Spark job failed: {spark_error(e)}") from None
     return 0
 
 

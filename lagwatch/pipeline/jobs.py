@@ -101,6 +101,8 @@ def check_out_dir(out: str) -> None:
     if "://" in out:
         return
     path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise LagwatchError(f"--out {out}: not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".lagwatch-write-check-"):

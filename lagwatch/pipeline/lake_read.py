@@ -46,3 +46,10 @@ def read_snapshots(spark: Any, lake: str, since: float | None = None, until: flo
     if until is not None:
         df = df.where((F.col("date") <= date_of(until)) & (F.col("taken_at") < until))
     return df
+
+
+def read_config(spark: Any, lake: str) -> Any:
+    """The lake's `config` rows (the configuration each daemon start recorded), every schema version."""
+    from lagwatch.lake.codec import CONFIG_COLUMNS
+
+    return spark.read.schema(spark_schema(CONFIG_COLUMNS)).parquet(f"{spark_uri(lake)}/config")

@@ -26,9 +26,12 @@ Run as `lagwatch pipeline report ...`, `python -m lagwatch.pipeline.report ...`,
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +43,7 @@ PERCENTILES = (0.5, 0.95, 0.99)
 DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the expiry rule's warning point (75%)
 DEFAULT_WORST = 5
 DEFAULT_PLOTTED_GROUPS = 12
+MAX_LAST_DAYS = 36500
 SERIES_POINTS = 600  # per plotted group: enough for a line that reads well, small enough to inline as SVG
 
 
@@ -340,19 +344,75 @@ def run_report(
     master: str | None = None,
 ) -> Report:
     """The whole job. Every input is checked before Spark starts (a JVM takes seconds to come up)."""
-    from lagwatch.pipeline.backtest import _check_lake, _range_text
+    from lagwatch.pipeline.backtest import _check_lake
 
     started = time.monotonic()
     if since is not None and until is not None and since >= until:
         raise ReportError("--since must be before --until")
-    if expiry_margin_s <= 0 or worst < 1 or plotted_groups < 0:
+    if not (0 < expiry_margin_s < math.inf) or worst < 1 or plotted_groups < 0:
         raise ReportError("--expiry-margin-hours and --worst must be positive, --plot-groups not negative")
-    lake_path = _check_lake(lake)
-    if "://" not in output:
-        from lagwatch.pipeline.jobs import check_out_dir
-
-        check_out_dir(output)
     rules = _config_rules(config)
+    lake_path = _check_lake(lake)
+
+    def job(target: str) -> Report:
+        try:
+            return _report_on_spark(lake, lake_path, output, target, since, until, rules, spark, expiry_margin_s,
+                                    worst, plotted_groups, started, master)  # fmt: skip
+        except LagwatchError:
+            raise
+        except Exception as e:  # a Spark or Py4J failure (unreadable file, unknown scheme...): one line, no JVM trace
+            from lagwatch.pipeline.jobs import spark_error
+
+            raise LagwatchError(f"the Spark job failed: {spark_error(e)}") from None
+
+    if "://" in output:  # written in place (object stores have no rename)
+        return job(output)
+    from pathlib import Path
+
+    from lagwatch.pipeline.jobs import check_out_dir
+
+    created = Path(output).absolute()  # the outermost directory this run creates, removed if it fails
+    while not created.parent.exists():
+        created = created.parent
+    created_any = not created.exists()
+    check_out_dir(output)
+    # Everything is written under a hidden staging directory and moved into place only once all of it is there:
+    # a failed run leaves the previous report as it was (and no directory it created).
+    staging = f"{output.rstrip('/')}/.report-staging-{uuid.uuid4().hex[:12]}"
+    try:
+        report = job(staging)
+        for name in [*TABLES, "report.html"]:
+            if os.path.lexists(f"{output}/{name}"):
+                os.replace(f"{output}/{name}", f"{staging}/old-{name}")
+            os.replace(f"{staging}/{name}", f"{output}/{name}")
+    except BaseException:
+        shutil.rmtree(created if created_any else staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+TABLES = ("group_daily", "worst_partitions", "incidents", "expiry_near_misses")
+
+
+def _report_on_spark(
+    lake: str,
+    lake_path: str,
+    output: str,
+    staging: str,
+    since: float | None,
+    until: float | None,
+    rules: Mapping[str, Any] | None,
+    spark: Any,
+    expiry_margin_s: float,
+    worst: int,
+    plotted_groups: int,
+    started: float,
+    master: str | None,
+) -> Report:
+    """The job proper: the Parquet tables and report.html under `staging`, named as they will be under `output`."""
+    from lagwatch.pipeline.backtest import _range_text
+
     if spark is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
         from pyspark.sql import SparkSession
 
@@ -390,8 +450,8 @@ def run_report(
     }
     for i, (name, keys) in enumerate(sort.items(), 1):
         _say(f"[{i}/{len(sort) + 1}] {name}")
-        frames[name].write.mode("overwrite").parquet(f"{output}/{name}")
-        out[name] = spark.read.parquet(f"{output}/{name}").toPandas().sort_values(keys).reset_index(drop=True)
+        frames[name].write.mode("overwrite").parquet(f"{staging}/{name}")
+        out[name] = spark.read.parquet(f"{staging}/{name}").toPandas().sort_values(keys).reset_index(drop=True)
     _say(f"[{len(sort) + 1}/{len(sort) + 1}] plots and report.html")
     chosen = _plotted(out["group_daily"], plotted_groups)
     series = _series(frames["group_polls"], chosen)
@@ -413,7 +473,7 @@ def run_report(
         title=title,
     )
     html_path = f"{output}/report.html"
-    _write_text(html_path, page)
+    _write_text(f"{staging}/report.html", page)
     report = Report(
         out["group_daily"], out["worst_partitions"], out["incidents"], out["expiry_near_misses"], html_path, title
     )
@@ -595,8 +655,8 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float | None, float |
         return args.since, args.until
     if args.since is not None or args.until is not None:
         raise ReportError("--last-days replaces --since and --until: give one or the other")
-    if args.last_days < 1:
-        raise ReportError("--last-days must be at least 1")
+    if not 1 <= args.last_days <= MAX_LAST_DAYS:
+        raise ReportError(f"--last-days must be between 1 and {MAX_LAST_DAYS}")
     today = now - now % 86400
     return today - args.last_days * 86400, today
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -164,16 +165,25 @@ def _lag_over_time(
     for ax, (cluster, group) in zip(axes.flat, chosen, strict=False):
         mine = series[(series["cluster"] == cluster) & (series["group"] == group)]
         times = pd.to_datetime(mine["t"], unit="s", utc=True)
-        seconds = mine["lag_seconds"].notna().any()
+        rules = rules_of.get(cluster)
+        t = thresholds_of(rules, cluster, group, "") if rules is not None else None
+        # Seconds when lagwatch measured them, unless the rule judges this group in records only: the thresholds
+        # drawn must be the ones the shading (incidents) comes from.
+        by_records = t is not None and t.warning_seconds is None and t.critical_seconds is None
+        by_records = by_records and t is not None and (t.warning_offsets, t.critical_offsets) != (None, None)
+        seconds = bool(mine["lag_seconds"].notna().any()) and not by_records
         values = mine["lag_seconds"] if seconds else mine["lag"]
         ax.plot(times, values, color="#2b6cb0", linewidth=1.1)
-        rules = rules_of.get(cluster)
-        if rules is not None:
-            t = thresholds_of(rules, cluster, group, "")
+        if values.isna().all():  # offsets never known: say so, on the group's own time axis (not 1970's)
+            ax.text(0.5, 0.5, "lag unknown at every poll", transform=ax.transAxes, ha="center", fontsize=8)
+            if len(times):
+                ax.set_xlim(times.min(), times.max() + pd.Timedelta(seconds=1))
+        if t is not None:
             warning = t.warning_seconds if seconds else t.warning_offsets
             critical = t.critical_seconds if seconds else t.critical_offsets
+            top = values.max()
             for level, color in ((warning, "#d69e2e"), (critical, "#c53030")):
-                if level is not None and level <= max(float(values.max() or 0), 1.0) * 1.5:
+                if level is not None and level <= max(0.0 if top != top else float(top), 1.0) * 1.5:
                     ax.axhline(level, color=color, linewidth=0.9, linestyle="--")
         mine_incidents = incidents[(incidents["cluster"] == cluster) & (incidents["group"] == group)]
         for r in mine_incidents.itertuples():
@@ -210,7 +220,9 @@ def _distribution_plot(distribution: Any, chosen: Sequence[tuple[str, str]], clu
             r = by_key.get((cluster, group))
             q = r[f"{column}_q"] if r is not None else None
             if r is None or q is None or (isinstance(q, float) and math.isnan(q)) or len(q) != 4:
-                stats.append({"label": label, "whislo": 0, "q1": 0, "med": 0, "q3": 0, "whishi": 0, "fliers": []})
+                stats.append(
+                    {"label": f"{label} (unknown)", "whislo": 0, "q1": 0, "med": 0, "q3": 0, "whishi": 0, "fliers": []}
+                )
                 continue
             stats.append(
                 {
@@ -231,6 +243,14 @@ def _distribution_plot(distribution: Any, chosen: Sequence[tuple[str, str]], clu
         ax.grid(axis="x", alpha=0.25)
     fig.tight_layout()
     return _svg(fig)
+
+
+def _quietly(plot: Any, *args: Any) -> str:
+    """A plot without matplotlib's warning per glyph its font lacks (a group named in CJK draws boxes in the plots;
+    the tables show the name as it is)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        return str(plot(*args))
 
 
 def render(
@@ -273,12 +293,12 @@ def render(
         parts += [
             "<h2>Lag over time</h2>",
             f'<p class="note">The {len(chosen)} groups with the most time over warning. Lag seconds when lagwatch '
-            "could measure them, else records; dashed lines: warning (amber) and critical (red) thresholds; shaded: "
+            "could measure them, unless the lag rule has thresholds in records only; else records; dashed lines: warning (amber) and critical (red) thresholds; shaded: "
             "incidents.</p>",
-            _lag_over_time(series, chosen, incidents, rules_of, clusters),
+            _quietly(_lag_over_time, series, chosen, incidents, rules_of, clusters),
         ]
     if chosen and distribution is not None:
-        parts += ["<h2>Distribution per group</h2>", _distribution_plot(distribution, chosen, clusters)]
+        parts += ["<h2>Distribution per group</h2>", _quietly(_distribution_plot, distribution, chosen, clusters)]
     parts.append("<h2>Incidents and catch-up</h2>")
     parts.append(
         '<p class="note">A run of polls over the warning threshold; catch-up: from the peak to the first poll back '
