@@ -285,7 +285,7 @@ def run_backtest(
         from lagwatch.pipeline.session import spark_session
 
         _say("starting Spark")
-        spark = spark_session(app="lagwatch-backtest")
+        spark = spark_session(app="lagwatch-backtest", kafka=False)
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")  # cluster=123 is a name
@@ -409,7 +409,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         from lagwatch.pipeline.session import spark_session
 
         _say(f"starting Spark ({args.master})")
-        spark = spark_session(master=args.master, app="lagwatch-backtest")
+        spark = spark_session(master=args.master, app="lagwatch-backtest", kafka=False)
     try:
         run_backtest(args.lake, args.config, args.output, args.since, args.until, spark)
     except LagwatchError:

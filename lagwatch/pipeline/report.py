@@ -421,7 +421,7 @@ def _report_on_spark(
         from lagwatch.pipeline.session import spark_session
 
         _say(f"starting Spark ({master or 'local[2]'})")
-        spark = spark_session(master=master or "local[2]", app="lagwatch-report")
+        spark = spark_session(master=master or "local[2]", app="lagwatch-report", kafka=False)
     from pyspark.sql import functions as F
 
     from lagwatch.pipeline.lake_read import read_snapshots

@@ -51,9 +51,10 @@ def check_spark() -> None:
         raise LagwatchError("Spark needs Java 17: install it (Debian: apt-get install openjdk-17-jre-headless)")
 
 
-def spark_session(master: str | None = "local[2]", app: str = "lagwatch", **conf: str) -> Any:
-    """The session (getOrCreate). `master` None leaves the master to spark-submit. Raises LagwatchError when pyspark
-    or Java is missing or the JVM does not start."""
+def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, **conf: str) -> Any:
+    """The session (getOrCreate). `master` None leaves the master to spark-submit. `kafka` False: without the Kafka
+    connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). Raises LagwatchError when
+    pyspark or Java is missing or the JVM does not start."""
     check_spark()
     import pyspark
     from pyspark.sql import SparkSession
@@ -64,8 +65,9 @@ def spark_session(master: str | None = "local[2]", app: str = "lagwatch", **conf
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
-    for key, value in connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)).items():
-        builder = builder.config(key, value)
+    if kafka:
+        for key, value in connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)).items():
+            builder = builder.config(key, value)
     builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
