@@ -103,3 +103,28 @@ def test_restart_from_saved_state_sends_no_duplicate(tmp_path: Path) -> None:
     again = AlertBook.from_json(b.config, saved)
     assert step(again, [finding()], 30) == []  # same alert, already announced
     assert step(again, [], 400) == ["resolved"]  # and it resolves as one would expect
+
+
+def test_inhibition_matches_on_equal_labels_and_costs_one_lookup_per_alert() -> None:
+    """stopped on a group hides that group's stalled only (not another group's), an alert never inhibits itself
+    (a rule matching both sides), and at 3,000 firing alerts the notifications are worked out in well under a
+    second (the pairwise check it replaces took 12-23 s at this size)."""
+    import time
+
+    rules = [
+        {"source": {"rule": "stopped"}, "target": {"rule": "stalled"}},
+        {"source": {"rule": "lag"}, "target": {"rule": "lag"}, "equal": ["cluster", "group", "topic"]},
+    ]
+    b = book(group_wait_s=0, group_interval_s=0, storm_threshold=100_000, inhibit_rules=rules)
+    findings = [finding("stopped", "a"), finding("stalled", "a"), finding("stalled", "b"), finding("lag", "a")]
+    findings += [finding("stalled", f"x{i}") for i in range(1000)] + [finding("stopped", f"x{i}") for i in range(1000)]
+    findings += [finding("lag", f"x{i}") for i in range(1000)]
+    b.apply("c", findings, frozenset(), 0.0)
+    started = time.perf_counter()
+    sent = b.due(0.0)
+    elapsed = time.perf_counter() - started
+    rules_of = {n.group_labels["group"]: sorted(a["rule"] for a in n.firing) for n in sent}
+    assert rules_of["a"] == ["lag", "stopped"]  # stalled hidden by stopped; lag is its only source: not itself
+    assert rules_of["b"] == ["stalled"]  # no stopped in group b
+    assert all(rules_of[f"x{i}"] == ["lag", "stopped"] for i in range(1000))
+    assert elapsed < 2.0, f"due() took {elapsed:.1f} s for 3,004 firing alerts"

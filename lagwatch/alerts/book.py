@@ -237,25 +237,37 @@ class AlertBook:
         labels = alert.matchable()
         return next((s for s in self.silences if s.active(now) and s.matches(labels)), None)
 
-    def inhibited(self, alert: Alert, sources: list[Alert]) -> bool:
+    def inhibitors(self, firing: list[Alert]) -> list[dict[tuple[str, ...], set[str]]]:
+        """Per inhibit rule, the firing alerts that match its source, by their values of its `equal` labels. Built
+        once per `due`: looking a target up is then one dict access, not a pass over every firing alert (at 1,000
+        firing groups the pairwise check took 10-15 s a poll)."""
+        index: list[dict[tuple[str, ...], set[str]]] = []
+        for rule in self.config.inhibit_rules:
+            by_equal: dict[tuple[str, ...], set[str]] = {}
+            for source in firing:
+                if labels_match(rule.source, source.matchable()):
+                    values = tuple(source.labels.get(name, "") for name in rule.equal)
+                    by_equal.setdefault(values, set()).add(source.key)
+            index.append(by_equal)
+        return index
+
+    def inhibited(self, alert: Alert, inhibitors: list[dict[tuple[str, ...], set[str]]]) -> bool:
         """Whether another firing alert inhibits this one (Alertmanager's inhibition: one story per incident)."""
         labels = alert.matchable()
-        for rule in self.config.inhibit_rules:
-            if not labels_match(rule.target, labels):
-                continue
-            for source in sources:
-                if (
-                    source.key != alert.key
-                    and labels_match(rule.source, source.matchable())
-                    and all(source.labels.get(name, "") == alert.labels.get(name, "") for name in rule.equal)
-                ):
-                    return True
+        for rule, by_equal in zip(self.config.inhibit_rules, inhibitors, strict=True):
+            sources = by_equal.get(tuple(alert.labels.get(name, "") for name in rule.equal))
+            if sources and (len(sources) > 1 or alert.key not in sources) and labels_match(rule.target, labels):
+                return True
         return False
 
     def due(self, now: float) -> list[Notification]:
         """Notifications to send now, each for one receiver. Their effect is recorded at once (they go to the
         outbox in the same save)."""
-        sources = [a for a in self.alerts.values() if a.state == "firing"] if self.config.inhibit_rules else []
+        inhibitors = (
+            self.inhibitors([a for a in self.alerts.values() if a.state == "firing"])
+            if self.config.inhibit_rules
+            else []
+        )
         by_group: dict[str, list[Alert]] = {}
         for alert in self.alerts.values():
             gkey, labels = self.group_key(alert)
@@ -268,7 +280,7 @@ class AlertBook:
             live = [
                 a
                 for a in alerts
-                if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, sources)
+                if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, inhibitors)
             ]
             live_keys = {a.key for a in live}
             for receiver in self.receivers:
