@@ -563,7 +563,11 @@ def digest(report: Report, title: str, limit: int = 5) -> list[str]:
                 f"• {name(r.cluster, r.group)} from {_iso(r.started_at)}: peak lag {r.peak_lag:,.0f}, {lasted}"
             )
     for r in misses.sort_values("min_time_to_expiry_s").head(limit).itertuples():
-        lines.append(f"• {name(r.cluster, r.group)} came within {_hours(r.min_time_to_expiry_s)} of losing its offsets")
+        if r.min_time_to_expiry_s <= 0:  # the expiry time passed while lagwatch watched: the offsets may be gone
+            lines.append(f"• {name(r.cluster, r.group)} reached its offsets' expiry time on {r.date}")
+        else:
+            left = _hours(r.min_time_to_expiry_s)
+            lines.append(f"• {name(r.cluster, r.group)} came within {left} of losing its offsets")
     lines.append(f"Report: {report.html_path}")
     return lines
 
