@@ -468,8 +468,8 @@ def run_backtest(
     for r in counts:
         if r["cluster"] not in params:
             _say(f"cluster {r['cluster']}: no recorded settings, assuming max_gap_s={DEFAULT_MAX_GAP_S}")
-    _say(f"replaying {len(counts)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
     schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
+    _say(f"replaying {len(counts)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
     result = replay_on_spark(spark, df, candidates, params, {r["cluster"]: int(r["polls"]) for r in counts})
     result.write.mode("overwrite").partitionBy("config").parquet(output)
     # With the schema: a range where nothing fires writes no files, and Spark cannot infer a schema from none.
