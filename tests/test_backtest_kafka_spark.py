@@ -3,6 +3,7 @@ reaches the same alert transitions; a stricter config raises more. Bad input: on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -129,3 +130,67 @@ def test_an_invalid_candidate_config_names_the_field(tmp_path: Path) -> None:
     result = backtest_cli("--config", str(bad), "--lake", str(tmp_path))
     assert result.returncode == 2 and "rules.stopped.window_s" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _rows_as_set(rows: Any) -> list[tuple[Any, ...]]:
+    """Rows in a comparable form: every output column, pandas' NaN as None, numbers as floats (pandas' ints)."""
+    from lagwatch.pipeline.backtest import OUTPUT_COLUMNS
+
+    def clean(v: Any) -> Any:
+        if v is None or v != v:
+            return None
+        return float(v) if isinstance(v, int | float) else v
+
+    return sorted((tuple(clean(r.get(k)) for k in OUTPUT_COLUMNS) for r in rows), key=repr)
+
+
+@pytest.mark.spark
+def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(tmp_path: Path, spark: Any) -> None:
+    """Several clusters in one partition, or one task per cluster and candidate: the same rows as folding the
+    step over each cluster's whole range in memory. A range where nothing fires gives no rows, not an error."""
+    import pyarrow.dataset as ds
+
+    from lagwatch.lake import LakeConfig
+    from lagwatch.lake.writer import LakeWriter
+    from lagwatch.pipeline.backtest import ClusterParams, load_candidate, replay, run_backtest
+    from tests.synthetic import TP, Pipeline, group, snapshot
+
+    t0 = 1_790_000_000.0
+    lake = LakeWriter(LakeConfig(enabled=True, path=str(tmp_path / "lake")), clock=lambda: t0 - 1)
+    for cluster in ("east", "west"):
+        p = Pipeline()
+        lake.record_config(cluster, FAST_RULES, {"group_wait_s": 0, "group_interval_s": 1}, 90.0, False, 5.0, p.book)
+        for i in range(60):  # the group stops at poll 10 and comes back at poll 40; the rows roll into many files
+            stopped = 10 <= i < 40
+            committed = 10 * i if i < 10 else (100 if stopped else 10 * i)
+            snap = snapshot(
+                t0 + 5 * i,
+                [group("g", {TP: committed}, state="Empty" if stopped else "Stable", members=0 if stopped else 1)],
+                {TP: 10 * i + (5 if cluster == "west" else 0)},
+            )
+            snap = dataclasses.replace(snap, cluster=cluster)
+            lake.record_poll(snap, p.step(snap))
+            if i % 7 == 0:
+                assert lake.flush()
+    assert lake.flush()
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("rules:\n  lag: {warning: {offsets: 5}, for_s: 0}\nalerts: {group_wait_s: 0}\n")
+    candidates = [load_candidate("recorded"), load_candidate(str(strict))]
+    expected = []
+    for cluster in ("east", "west"):
+        rows = (
+            ds.dataset(tmp_path / "lake" / "snapshots" / f"cluster={cluster}", format="parquet").to_table().to_pylist()
+        )
+        params = ClusterParams(90.0, False, FAST_RULES, {"group_wait_s": 0, "group_interval_s": 1})
+        expected += replay(cluster, rows, candidates, params)
+    assert {r["rule"] for r in expected if r["kind"] == "alert"} >= {"stopped", "lag"}
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        for partitions in ("1", "8"):  # both clusters in one task; one task per cluster and candidate
+            spark.conf.set("spark.sql.shuffle.partitions", partitions)
+            out = run_backtest(str(tmp_path / "lake"), ["recorded", str(strict)], str(tmp_path / "out"), spark=spark)
+            assert _rows_as_set(out.to_dict("records")) == _rows_as_set(expected)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    quiet = run_backtest(str(tmp_path / "lake"), [], str(tmp_path / "out"), until=t0 + 20, spark=spark)
+    assert len(quiet) == 0

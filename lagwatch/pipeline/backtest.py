@@ -1,12 +1,15 @@
 """`backtest`: replays the lake under candidate configurations and reports the alerts each would have raised.
 
-    lake snapshots (time range) -> per cluster (groupBy(cluster).applyInPandas, in parallel on Spark):
-        ClusterSnapshots in time order -> the daemon's own ClusterPipeline.step, once per candidate config
+    lake snapshots (time range) -> per cluster, or per cluster and candidate (one task each, in parallel on Spark):
+        the cluster's rows, sorted by time within the task's partition, streamed in Arrow batches (mapInArrow)
+        -> ClusterSnapshots poll by poll -> the daemon's own ClusterPipeline.step, per candidate config
     -> every alert that would have fired (start, end, rule, severity, peak lag, condition-to-alert time) and every
        notification (pages), as Parquet under --output, and a summary with the configs side by side.
 
-The executor function imports only the core and `lagwatch.lake.codec` (stdlib + model), never pyarrow's writer or
-the daemon. Run as `python -m lagwatch.pipeline.backtest ...`, `lagwatch backtest ...`, or with spark-submit on this
+A task holds one Arrow batch, one poll and the pipelines' state, never a cluster's whole range (one pandas frame
+per cluster took about 3 KB of Python worker memory per lake row: 3 GB for 8 hours of 1,000 group-partitions).
+The executor function imports only the core, `lagwatch.lake.codec` (stdlib + model) and pyarrow (Spark's Arrow
+batches), never the lake writer or the daemon. Run as `python -m lagwatch.pipeline.backtest ...`, `lagwatch backtest ...`, or with spark-submit on this
 file.
 """
 
@@ -14,16 +17,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lagwatch.errors import ConfigError, LagwatchError
+
+if TYPE_CHECKING:
+    from lagwatch.lake.codec import ReplayPoll
 
 RECORDED = "recorded"  # the configuration the daemon ran with, as the lake recorded it per cluster
 DEFAULT_MAX_GAP_S = 90.0  # 2 x the default poll interval + the default request timeout
@@ -45,6 +52,9 @@ OUTPUT_COLUMNS: dict[str, str] = {
     "condition_to_alert_s": "double",
     "notification_kind": "string",  # firing | update | repeat | resolved
 }
+CANDIDATE = "_candidate"  # which candidate a task replays, when the driver splits a cluster's replay by candidate
+SLOT = "_slot"  # the partition a task's rows go to
+OUTPUT_BATCH_ROWS = 10_000
 
 
 class BacktestError(LagwatchError):
@@ -69,93 +79,245 @@ class ClusterParams:
 # -- the replay (runs on the executors; core only) ------------------------------------------------------------------
 
 
+class Replayer:
+    """The daemon's step folded over one cluster's snapshots under one candidate, one poll at a time: the alert
+    and notification rows it produces. Holds only the pipeline's own state, never the snapshots."""
+
+    def __init__(self, cluster: str, candidate: Candidate, rules: Mapping[str, Any], alerts: Mapping[str, Any],
+                 params: ClusterParams) -> None:  # fmt: skip
+        from lagwatch.alerts import AlertBook, AlertsConfig
+        from lagwatch.alerts.transitions import TransitionTracker
+        from lagwatch.history import ClusterHistory
+        from lagwatch.rules import RuleResolver, RulesConfig
+        from lagwatch.step import ClusterPipeline
+
+        self.book = AlertBook(AlertsConfig.model_validate(alerts))
+        self.book.load_config_silences()
+        history = ClusterHistory(cluster, max_gap_s=params.max_gap_s)
+        self.pipeline = ClusterPipeline(
+            cluster, history, RuleResolver(RulesConfig.model_validate(rules)), self.book, params.read_committed
+        )
+        self.tracker = TransitionTracker(cluster)
+        self.open_alerts: dict[str, dict[str, Any]] = {}
+        self.base = {"config": candidate.name, "cluster": cluster}
+
+    @classmethod
+    def of(cls, cluster: str, candidate: Candidate, params: ClusterParams) -> Replayer | None:
+        """None when the candidate is `recorded` and the cluster has no recorded configuration (checked on the
+        driver)."""
+        rules = candidate.rules if candidate.rules is not None else params.rules
+        alerts = candidate.alerts if candidate.alerts is not None else params.alerts
+        if rules is None or alerts is None:
+            return None
+        return cls(cluster, candidate, rules, alerts, params)
+
+    def step(self, poll: ReplayPoll) -> list[dict[str, Any]]:
+        """One recorded poll: the `__consumer_offsets` records folded in just before it, then the snapshot."""
+        out: list[dict[str, Any]] = []
+        base = self.base
+        snapshot = poll.snapshot
+        evaluation = self.pipeline.step(snapshot, poll.records, poll.records_caught_up)
+        for t in self.tracker.observe(self.book, evaluation.now):
+            if t.transition == "firing":
+                self.open_alerts[t.key] = {
+                    **base,
+                    "kind": "alert",
+                    "key": t.key,
+                    "rule": t.rule,
+                    "severity": t.severity,
+                    "group": t.group,
+                    "labels_json": json.dumps(t.labels, sort_keys=True),
+                    "summary": t.summary,
+                    "started_at": t.started_at,
+                    "fired_at": t.fired_at,
+                    "condition_to_alert_s": t.fired_at - t.started_at,
+                }
+            else:
+                row = self.open_alerts.pop(t.key, None)
+                if row is not None:
+                    out.append(
+                        {**row, "resolved_at": t.resolved_at, "peak_lag": t.peak_lag, "max_severity": t.severity}
+                    )
+        for n in self.pipeline.due(snapshot.taken_at):
+            out.append(
+                {
+                    **base,
+                    "kind": "notification",
+                    "key": n.group_key,
+                    "rule": ",".join(sorted({a["rule"] for a in n.firing})),
+                    "severity": n.severity,
+                    "group": n.group_labels.get("group") or None,
+                    "labels_json": json.dumps(n.group_labels, sort_keys=True),
+                    "fired_at": n.created_at,
+                    "notification_kind": n.kind,
+                }
+            )
+        return out
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The alerts still firing when the range ends."""
+        out = []
+        for key, row in self.open_alerts.items():
+            seen = self.tracker.firing.get(key)
+            out.append(
+                {**row, "peak_lag": seen.peak_lag if seen else None, "max_severity": seen.worst if seen else None}
+            )
+        self.open_alerts = {}
+        return out
+
+
 def replay(
     cluster: str,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Iterable[Mapping[str, Any]],
     candidates: Sequence[Candidate],
     params: ClusterParams,
 ) -> list[dict[str, Any]]:
-    """Folds the daemon's step over one cluster's snapshots, once per candidate; alert and notification rows."""
-    from lagwatch.alerts import AlertBook, AlertsConfig
-    from lagwatch.alerts.transitions import TransitionTracker
-    from lagwatch.history import ClusterHistory
+    """Folds the daemon's step over one cluster's polls (rows in any order, all in memory), once per candidate;
+    alert and notification rows. The Spark job streams instead (`_stream_executor`)."""
     from lagwatch.lake.codec import polls_from_rows
-    from lagwatch.rules import RuleResolver, RulesConfig
-    from lagwatch.step import ClusterPipeline
 
     polls = polls_from_rows(cluster, rows)
     out: list[dict[str, Any]] = []
     for candidate in candidates:
-        rules = candidate.rules if candidate.rules is not None else params.rules
-        alerts = candidate.alerts if candidate.alerts is not None else params.alerts
-        if rules is None or alerts is None:
-            continue  # no recorded configuration for this cluster (checked on the driver)
-        book = AlertBook(AlertsConfig.model_validate(alerts))
-        book.load_config_silences()
-        history = ClusterHistory(cluster, max_gap_s=params.max_gap_s)
-        pipeline = ClusterPipeline(
-            cluster, history, RuleResolver(RulesConfig.model_validate(rules)), book, params.read_committed
-        )
-        tracker = TransitionTracker(cluster)
-        open_alerts: dict[str, dict[str, Any]] = {}
-        base = {"config": candidate.name, "cluster": cluster}
+        replayer = Replayer.of(cluster, candidate, params)
+        if replayer is None:
+            continue
         for poll in polls:
-            snapshot = poll.snapshot
-            evaluation = pipeline.step(snapshot, poll.records, poll.records_caught_up)
-            for t in tracker.observe(book, evaluation.now):
-                if t.transition == "firing":
-                    open_alerts[t.key] = {
-                        **base,
-                        "kind": "alert",
-                        "key": t.key,
-                        "rule": t.rule,
-                        "severity": t.severity,
-                        "group": t.group,
-                        "labels_json": json.dumps(t.labels, sort_keys=True),
-                        "summary": t.summary,
-                        "started_at": t.started_at,
-                        "fired_at": t.fired_at,
-                        "condition_to_alert_s": t.fired_at - t.started_at,
-                    }
-                else:
-                    row = open_alerts.pop(t.key, None)
-                    if row is not None:
-                        out.append(
-                            {**row, "resolved_at": t.resolved_at, "peak_lag": t.peak_lag, "max_severity": t.severity}
-                        )
-            for n in pipeline.due(snapshot.taken_at):
-                out.append(
-                    {
-                        **base,
-                        "kind": "notification",
-                        "key": n.group_key,
-                        "rule": ",".join(sorted({a["rule"] for a in n.firing})),
-                        "severity": n.severity,
-                        "group": n.group_labels.get("group") or None,
-                        "labels_json": json.dumps(n.group_labels, sort_keys=True),
-                        "fired_at": n.created_at,
-                        "notification_kind": n.kind,
-                    }
-                )
-        for key, row in open_alerts.items():  # still firing when the range ends
-            seen = tracker.firing.get(key)
-            out.append(
-                {**row, "peak_lag": seen.peak_lag if seen else None, "max_severity": seen.worst if seen else None}
-            )
+            out += replayer.step(poll)
+        out += replayer.finish()
     return out
 
 
-def _executor(candidates: Sequence[Candidate], params: Mapping[str, ClusterParams]) -> Any:
-    def run(pdf: Any) -> Any:
-        import pandas as pd  # type: ignore[import-untyped]
+def _output_arrow_schema() -> Any:
+    import pyarrow as pa
 
-        cluster = str(pdf["cluster"].iloc[0])
-        rows = pdf.to_dict("records")
-        cluster_params = params.get(cluster, ClusterParams(DEFAULT_MAX_GAP_S, False, None, None))
-        out = replay(cluster, rows, candidates, cluster_params)
-        return pd.DataFrame(out, columns=list(OUTPUT_COLUMNS))
+    types = {"string": pa.string(), "double": pa.float64(), "long": pa.int64()}
+    return pa.schema([pa.field(name, types[kind]) for name, kind in OUTPUT_COLUMNS.items()])
+
+
+def _stream_executor(
+    candidates: Sequence[Candidate], params: Mapping[str, ClusterParams]
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """For mapInArrow over a partition sorted by (cluster, candidate, taken_at, ordinal): the rows arrive in Arrow
+    batches, one poll's rows are gathered, decoded (the codec, as before) and stepped through each candidate's
+    pipeline, then dropped. Memory: one batch, one poll and the pipelines' own state, whatever the range.
+
+    `CANDIDATE` (when present) says which candidate the rows are for: the driver may send a cluster's rows to
+    several tasks, one per candidate, so that one big cluster still uses several cores."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from lagwatch.lake.codec import polls_from_rows
+
+        schema = _output_arrow_schema()
+        out: list[dict[str, Any]] = []
+        replayers: list[Replayer] = []
+        key: tuple[str, int] | None = None
+        done: set[tuple[str, int]] = set()
+        poll: list[dict[str, Any]] = []
+        poll_t = -math.inf
+
+        def step_poll() -> None:
+            if poll and key is not None:
+                # The codec gathers rows by `taken_at` and orders them by `ordinal`, exactly as for a whole cluster.
+                for recorded in polls_from_rows(key[0], poll):
+                    for r in replayers:
+                        out.extend(r.step(recorded))
+            poll.clear()
+
+        def finish() -> None:
+            step_poll()
+            for r in replayers:
+                out.extend(r.finish())
+            replayers.clear()
+
+        for batch in batches:
+            names = batch.schema.names
+            columns = batch.to_pydict()
+            clusters = columns["cluster"]
+            tasks = columns.pop(CANDIDATE, None)
+            names = [n for n in names if n != CANDIDATE]
+            times = columns["taken_at"]
+            for i, values in enumerate(zip(*(columns[n] for n in names), strict=True)):
+                row_key = (clusters[i], tasks[i] if tasks is not None else -1)
+                t = times[i]
+                if row_key != key:
+                    finish()
+                    if row_key in done:
+                        raise RuntimeError(f"backtest: rows of {row_key} are not contiguous (the sort was lost)")
+                    done.add(row_key)
+                    key, poll_t = row_key, -math.inf
+                    cluster_params = params.get(key[0], ClusterParams(DEFAULT_MAX_GAP_S, False, None, None))
+                    chosen = candidates if key[1] < 0 else [candidates[key[1]]]
+                    replayers[:] = [
+                        r for r in (Replayer.of(key[0], c, cluster_params) for c in chosen) if r is not None
+                    ]
+                if t != poll_t:
+                    if t < poll_t:
+                        raise RuntimeError(f"backtest: rows of {key[0]} out of time order (the sort was lost)")
+                    step_poll()
+                    poll_t = t
+                poll.append(dict(zip(names, values, strict=True)))
+            if len(out) >= OUTPUT_BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(out, schema=schema)
+                out.clear()
+        finish()
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=schema)
 
     return run
+
+
+def plan_tasks(polls: Mapping[str, int], candidates: int, slots: int) -> tuple[bool, dict[tuple[str, int], int]]:
+    """Which task replays what, and on which of `slots` partitions: (by candidate?, (cluster, candidate or -1) ->
+    slot). A cluster's replay is sequential, so with fewer clusters than slots each candidate gets its own task
+    (the cluster's rows are then shuffled once per candidate). Tasks are placed largest first on the emptiest slot,
+    as hashing a handful of keys onto a handful of partitions often puts two on one."""
+    by_candidate = candidates > 1 and len(polls) < slots
+    tasks = [(c, i) for c in polls for i in (range(candidates) if by_candidate else [-1])]
+    load = [0] * min(slots, len(tasks))
+    placed: dict[tuple[str, int], int] = {}
+    for task in sorted(tasks, key=lambda k: (-polls[k[0]], k)):
+        slot = min(range(len(load)), key=lambda s: (load[s], s))
+        placed[task] = slot
+        load[slot] += polls[task[0]]
+    return by_candidate, placed
+
+
+def _slot_values(spark: Any, slots: int) -> list[int]:
+    """For each partition 0..slots-1, a number that `repartition(slots, col)` sends there: Spark hashes the column
+    (Murmur3, `pmod(hash(x), slots)`), so the numbers are found by asking Spark the same expression."""
+    from pyspark.sql import functions as F
+
+    found: dict[int, int] = {}
+    for r in spark.range(64 * slots).select("id", F.expr(f"pmod(hash(id), {slots})").alias("p")).collect():
+        found.setdefault(int(r["p"]), int(r["id"]))
+    return [found[s] for s in range(slots)]
+
+
+def replay_on_spark(
+    spark: Any, df: Any, candidates: Sequence[Candidate], params: Mapping[str, ClusterParams], polls: Mapping[str, int]
+) -> Any:
+    """The replay as a DataFrame of OUTPUT_COLUMNS: each task streams its cluster's rows in time order."""
+    from pyspark.sql import functions as F
+
+    slots = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    by_candidate, placed = plan_tasks(polls, len(candidates), slots)
+    nslots = max(placed.values()) + 1
+    values = _slot_values(spark, nslots)
+    if by_candidate:
+        df = df.withColumn(CANDIDATE, F.explode(F.array(*[F.lit(i) for i in range(len(candidates))])))
+        task = F.concat_ws("/", F.col("cluster"), F.col(CANDIDATE).cast("string"))
+        names = {f"{c}/{i}": values[s] for (c, i), s in placed.items()}
+    else:
+        task = F.col("cluster")
+        names = {c: values[s] for (c, _), s in placed.items()}
+    slot_of = F.create_map(*[x for name, v in names.items() for x in (F.lit(name), F.lit(v))])
+    order = ["cluster", *([CANDIDATE] if by_candidate else []), "taken_at", "ordinal"]
+    streamed = df.withColumn(SLOT, slot_of[task]).repartition(nslots, SLOT).sortWithinPartitions(*order).drop(SLOT)
+    schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
+    return streamed.mapInArrow(_stream_executor(candidates, params), schema=schema)
 
 
 # -- the driver ---------------------------------------------------------------------------------------------------
@@ -316,9 +478,10 @@ def run_backtest(
             _say(f"cluster {r['cluster']}: no recorded settings, assuming max_gap_s={DEFAULT_MAX_GAP_S}")
     schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
     _say(f"replaying {len(counts)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
-    result = df.groupBy("cluster").applyInPandas(_executor(candidates, params), schema=schema)
+    result = replay_on_spark(spark, df, candidates, params, {r["cluster"]: int(r["polls"]) for r in counts})
     result.write.mode("overwrite").partitionBy("config").parquet(output)
-    pdf = spark.read.parquet(output).toPandas()
+    # With the schema: a range where nothing fires writes no files, and Spark cannot infer a schema from none.
+    pdf = spark.read.schema(schema).parquet(output).toPandas()
     _say(f"wrote {output} ({len(pdf)} rows) in {time.monotonic() - started:.1f} s")
     print(summary(pdf, names))
     return pdf
@@ -337,7 +500,7 @@ def _range_text(since: float | None, until: float | None) -> str:
 def summary(pdf: Any, names: Sequence[str]) -> str:
     """The configs side by side: alerts by severity and rule, groups alerted most, pages per day, and how long a
     condition took to become an alert."""
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     alerts = pdf[pdf["kind"] == "alert"]
     notes = pdf[pdf["kind"] == "notification"]
