@@ -31,6 +31,7 @@ def _backtest_bench() -> Any:
     spec = importlib.util.spec_from_file_location("backtest_bench", Path(__file__).with_name("backtest_bench.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["backtest_bench"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
