@@ -448,22 +448,15 @@ def run_backtest(
 
         _say("starting Spark")
         spark = spark_session(app="lagwatch-backtest", kafka=False)
-    from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")  # cluster=123 is a name
     from lagwatch.lake.codec import SNAPSHOT_COLUMNS
-    from lagwatch.pipeline.lake_read import read_snapshots
+    from lagwatch.pipeline.lake_read import polls_per_cluster, read_snapshots
 
     df = read_snapshots(spark, lake_path, since, until)
     df = df.select("cluster", *[c for c in SNAPSHOT_COLUMNS if c not in ("poll_time", "schema_version")])
     _say(f"reading {lake_path}")
-    counts = (
-        df.where(F.col("row_kind") == "poll")
-        .groupBy("cluster")
-        .agg(F.count("*").alias("polls"), F.min("taken_at").alias("first"), F.max("taken_at").alias("last"))
-        .orderBy("cluster")
-        .collect()
-    )
+    counts = polls_per_cluster(df)
     if not counts:
         raise BacktestError(f"no snapshots in {lake} {_range_text(since, until)}")
     for r in counts:

@@ -53,3 +53,16 @@ def read_config(spark: Any, lake: str) -> Any:
     from lagwatch.lake.codec import CONFIG_COLUMNS
 
     return spark.read.schema(spark_schema(CONFIG_COLUMNS)).parquet(f"{spark_uri(lake)}/config")
+
+
+def polls_per_cluster(snapshots: Any) -> list[Any]:
+    """Per cluster of the lake's snapshot rows: its number of polls and the first and last poll time, by cluster."""
+    from pyspark.sql import functions as F
+
+    return list(
+        snapshots.where(F.col("row_kind") == "poll")
+        .groupBy("cluster")
+        .agg(F.count("*").alias("polls"), F.min("taken_at").alias("first"), F.max("taken_at").alias("last"))
+        .orderBy("cluster")
+        .collect()
+    )

@@ -422,19 +422,11 @@ def _report_on_spark(
 
         _say(f"starting Spark ({master or 'local[2]'})")
         spark = spark_session(master=master or "local[2]", app="lagwatch-report", kafka=False)
-    from pyspark.sql import functions as F
 
-    from lagwatch.pipeline.lake_read import read_snapshots
+    from lagwatch.pipeline.lake_read import polls_per_cluster, read_snapshots
 
     _say(f"reading {lake_path}")
-    counts = (
-        read_snapshots(spark, lake_path, since, until)
-        .where(F.col("row_kind") == "poll")
-        .groupBy("cluster")
-        .agg(F.count("*").alias("polls"), F.min("taken_at").alias("first"), F.max("taken_at").alias("last"))
-        .orderBy("cluster")
-        .collect()
-    )
+    counts = polls_per_cluster(read_snapshots(spark, lake_path, since, until))
     if not counts:
         raise ReportError(f"no snapshots in {lake} {_range_text(since, until)}")
     for r in counts:
