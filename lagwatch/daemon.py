@@ -24,7 +24,7 @@ from lagwatch.alerts import AlertBook, Receiver
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
-from lagwatch.history import ClusterHistory
+from lagwatch.history import ClusterHistory, compact_records
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
@@ -198,8 +198,8 @@ class Daemon:
         with runtime.lock:
             records, caught_up = runtime.take_lake_records()
             evaluation = self.pipelines[name].step(snapshot)
-        if self.lake is not None:
-            self.lake.record_poll(snapshot, evaluation, records, caught_up)
+        if self.lake is not None:  # only the records whose effect the replay needs (a few per key, not thousands)
+            self.lake.record_poll(snapshot, evaluation, compact_records(records), caught_up)
         with self.book_lock:
             if self.lake is not None:  # before _flush: the transitions this step made, then notifications
                 self.lake.record_transitions(snapshot, evaluation, self.book)

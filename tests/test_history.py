@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -99,3 +100,45 @@ def test_history_round_trips_through_json() -> None:
     again = ClusterHistory.from_json(json.loads(json.dumps(h.to_json())))
     assert again.to_json() == h.to_json()
     assert lag_seconds(again.timelines[TP], 102, 104, 40) == lag_seconds(h.timelines[TP], 102, 104, 40)
+
+
+def _records() -> Any:
+    from lagwatch.offsets_topic import (
+        GroupMember,
+        GroupMetadata,
+        GroupTombstone,
+        OffsetCommit,
+        OffsetTombstone,
+        OtherRecord,
+    )
+
+    groups, topics, parts, times = st.sampled_from("ab"), st.sampled_from("xy"), st.integers(0, 1), st.integers(1, 9)
+    return st.lists(
+        st.one_of(
+            st.builds(lambda g, t, p, ms: OffsetCommit(g, t, p, ms, None, "", ms * 1000, None, 3), groups, topics,
+                      parts, times),
+            st.builds(OffsetTombstone, groups, topics, parts),
+            st.builds(lambda g, ms, empty: GroupMetadata(g, "consumer", 1, None, None, ms * 1000, () if empty else
+                      (GroupMember("m", None, "c", "h", ("x",)),), 3), groups, times, st.booleans()),
+            st.builds(GroupTombstone, groups),
+            st.builds(OtherRecord, st.integers(3, 9)),
+        ),
+        max_size=30,
+    )  # fmt: skip
+
+
+@given(before=_records(), batch=_records())
+def test_compacted_records_leave_the_exact_clocks_as_the_whole_batch(before: list[Any], batch: list[Any]) -> None:
+    """What the lake records between two polls (compact_records) replays to the same clocks as every record read,
+    whatever the clocks held before: commits, Empty times, and what tombstones moved aside."""
+    from lagwatch.history.store import ExactClocks, compact_records
+
+    def clocks(records: list[Any]) -> tuple[Any, ...]:
+        c = ExactClocks()
+        for r in [*before, *records]:
+            c.apply(r)
+        return c.commits, c.empty_since, c.removed_commits, c.removed_empty_since
+
+    compacted = compact_records(batch)
+    assert clocks(compacted) == clocks(batch)
+    assert len(compacted) <= len(batch)

@@ -266,8 +266,10 @@ def test_lake_files_of_schema_1_read_alongside_schema_2(lake: Path, tmp_path: Pa
     from lagwatch.pipeline.lake_read import read_snapshots
 
     mixed = tmp_path / "mixed"
-    source = sorted((lake / "snapshots").rglob("part-*.parquet"))[:2]
-    old, new = pq.read_table(source[0]), pq.read_table(source[1])
+    # Two files of the lake in which the daemon wrote an expiry (the idle group's first 8 hours). File names carry
+    # the writer's wall-clock second and a random id, so their order says nothing about what they hold.
+    tables = [pq.read_table(f) for f in sorted((lake / "snapshots").rglob("part-*.parquet"))]
+    old, new = [t for t in tables if t.column("expires_at").null_count < t.num_rows][:2]
     for name, table in (("part-0-old.parquet", old.drop(["expires_at"])), ("part-1-new.parquet", new)):
         target = mixed / "snapshots" / "cluster=7" / "date=2026-11-06"
         target.mkdir(parents=True, exist_ok=True)

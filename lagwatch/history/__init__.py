@@ -4,7 +4,15 @@ No I/O and no clock reads: time always comes in from the caller (a snapshot's ti
 """
 
 from lagwatch.history.measures import GroupMeasure, LagTime, PartitionMeasure, lag_seconds, measure_group
-from lagwatch.history.store import Clock, ClusterHistory, GroupTrack, PartitionProgress, Sample, Vanished
+from lagwatch.history.store import (
+    Clock,
+    ClusterHistory,
+    GroupTrack,
+    PartitionProgress,
+    Sample,
+    Vanished,
+    compact_records,
+)
 from lagwatch.history.timeline import LogEndTimeline
 
 __all__ = [
@@ -18,6 +26,7 @@ __all__ = [
     "PartitionProgress",
     "Sample",
     "Vanished",
+    "compact_records",
     "lag_seconds",
     "measure_group",
 ]

@@ -151,6 +151,37 @@ class ExactClocks:
             self.undecodable += 1
 
 
+def compact_records(records: list[Record]) -> list[Record]:
+    """The records whose effect on ExactClocks survives the batch, in order: a commit or group metadata that a later
+    one of the same key overwrites, with no tombstone of that key or group in between to read it, is left out; so
+    are the kinds ExactClocks ignores but counts. Applying the result to any ExactClocks leaves the same commits,
+    empty_since and removed_* as applying `records`. What the lake records between two polls: a consumer commits
+    every few seconds, and the reader catches up on the whole topic at start."""
+    kept: list[Record] = []
+    later_commit: set[tuple[str, str, int]] = set()
+    later_metadata: set[str] = set()
+    for record in reversed(records):
+        if isinstance(record, OffsetCommit):
+            key = (record.group, record.topic, record.partition)
+            if key in later_commit:
+                continue
+            later_commit.add(key)
+        elif isinstance(record, GroupMetadata):
+            if record.group in later_metadata:
+                continue
+            later_metadata.add(record.group)
+        elif isinstance(record, OffsetTombstone):
+            later_commit.discard((record.group, record.topic, record.partition))  # it reads the commit before it
+        elif isinstance(record, GroupTombstone):
+            later_commit = {k for k in later_commit if k[0] != record.group}  # it reads all of the group's
+            later_metadata.discard(record.group)
+        else:
+            continue
+        kept.append(record)
+    kept.reverse()
+    return kept
+
+
 @dataclass
 class ClusterHistory:
     cluster: str
