@@ -3,7 +3,9 @@ persistence (the state database) and the /metrics rendering, through the daemon'
 fed with synthetic snapshots so that only lagwatch's work is measured. (The poll itself is `poll_bench.py`.)
 
 The groups are Empty and lag (a cluster-wide incident: every group stopped), so every group has alerts, the storm
-path is taken, and the state database has rows for all of them. Each step advances every log end.
+path is taken, and the state database has rows for all of them. Each step advances every log end. Before the
+timed steps, `--warm` polls are folded into the history, so that its per-poll rings are as full as in a daemon
+that has run for half an hour (memory and history saves are measured at that steady state).
 
     python bench/daemon_step_bench.py --sizes 10000x10 --steps 8
 """
@@ -11,6 +13,7 @@ path is taken, and the state database has rows for all of them. Each step advanc
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import statistics
 import sys
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lagwatch import gc_policy
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import (
@@ -75,6 +79,11 @@ class SyntheticPoller:
         pass
 
 
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def timed(owner: Any, name: str, sink: dict[str, list[float]]) -> None:
     original = getattr(owner, name)
 
@@ -88,7 +97,22 @@ def timed(owner: Any, name: str, sink: dict[str, list[float]]) -> None:
     setattr(owner, name, wrapper)
 
 
-def run(groups: int, partitions: int, steps: int) -> None:
+class GcPauses:
+    """Seconds the cyclic garbage collector ran, by generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.started = 0.0
+        gc.callbacks.append(self.callback)
+
+    def callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self.started
+
+
+def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
         settings = load_settings(
@@ -107,39 +131,65 @@ def run(groups: int, partitions: int, steps: int) -> None:
             poller_factory=lambda name, cfg: poller,
             reader_factory=None,
         )
+        history = daemon.clusters["bench"].history
+        for i in range(warm):  # the history as after `warm` polls: rings full, as a daemon's after half an hour
+            history.observe(poller.poll())
+            if (i + 1) % 10 == 0:
+                say(f"  warming the history: {i + 1}/{warm} polls")
+        if not default_gc:
+            gc_policy.configure()  # as `lagwatch run` does once the state is loaded
+        pauses = GcPauses()
         phases: dict[str, list[float]] = {}
         timed(daemon.pipelines["bench"], "step", phases)
         timed(daemon, "save_alerts", phases)
-        timed(daemon, "save_history", phases)
+        timed(daemon, "save_history", phases)  # the poll thread's part: capturing the history
+        timed(daemon, "_write_history", phases)  # the history writer's: compressing and writing
         timed(daemon, "render_metrics", phases)
-        totals = []
+        totals, gc_per_step, cpu = [], [], []
         for i in range(steps):
-            t0 = time.perf_counter()
+            t0, gc0, c0 = time.perf_counter(), sum(pauses.seconds), time.thread_time()
             daemon.poll_cluster("bench")
             totals.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+            gc_per_step.append(sum(pauses.seconds) - gc0)
             say(f"  step {i + 1}/{steps}: {totals[-1]:.3f} s, {len(daemon.book.alerts)} alerts")
+        collected = gc_policy.full_collection() if not default_gc else 0.0
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        settled_mb = current_rss_mb()
         writes = daemon.store.db.writes
         db_size = sum(f.stat().st_size for f in Path(state).glob("state.db*")) / 1e6
         daemon.stop()
     rest = totals[1:] or totals
     print(f"\n{groups} groups x {partitions} partitions = {groups * partitions:,} group-partitions")
     print(f"  whole step: first {totals[0]:.3f} s, median of the rest {statistics.median(rest):.3f} s")
+    cpu_rest = cpu[1:] or cpu
+    print(
+        f"  CPU time of the polling thread: median {statistics.median(cpu_rest):.3f} s (less exposed to a busy machine)"
+    )
+    gc_rest = gc_per_step[1:] or gc_per_step
+    print(f"  of which the garbage collector: median {statistics.median(gc_rest) * 1000:.1f} ms a step")
+    if not default_gc:
+        print(f"  the scheduled full collection (every {gc_policy.FULL_EVERY_S:.0f} s): {collected * 1000:.0f} ms")
     for name, values in phases.items():
         later = values[1:] or values
         print(f"  {name:<15} median {statistics.median(later) * 1000:8.1f} ms   (first {values[0] * 1000:.1f} ms)")
-    print(f"  peak RSS {rss_mb:.0f} MB; state database {db_size:.1f} MB after {writes:,} row writes")
+    print(f"  history warmed with {warm} polls; GC {'defaults' if default_gc else 'as lagwatch run sets it'}")
+    print(
+        f"  RSS after the steps {settled_mb:.0f} MB, peak RSS {rss_mb:.0f} MB; state database {db_size:.1f} MB after {writes:,} row writes"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000x10", help="GROUPSxPARTITIONS[,...]")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warm", type=int, default=70, help="polls folded into the history before the steps")
+    parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds, not lagwatch run's")
     args = parser.parse_args()
     for size in args.sizes.split(","):
         g, p = (int(x) for x in size.split("x"))
         say(f"{g} groups x {p} partitions: building and stepping ...")
-        run(g, p, args.steps)
+        run(g, p, args.steps, args.warm, args.default_gc)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lagwatch import __version__, logs
+from lagwatch import __version__, gc_policy, logs
 from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
 from lagwatch.errors import ConfigError, exit_code_of
 from lagwatch.matchers import check_pattern
@@ -244,7 +244,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 n: c.model_copy(update={"poll_interval_s": args.interval}) for n, c in settings.clusters.items()
             }
             settings = settings.model_copy(update={"clusters": clusters})
-        daemon = Daemon(settings).start()
+        daemon = Daemon(settings)
+        gc_policy.configure()  # after the saved state is loaded: it is never scanned again
+        daemon.start()
         if args.table:
             daemon.on_poll.append(_print_table)
         try:

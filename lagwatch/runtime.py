@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ class ClusterRuntime:
     missed_polls: int = 0  # too late to start within the misfire grace time
     history_saved_at: float = 0.0
     history_owed: bool = False  # the last save of its history failed (logged once per streak)
+    history_write: Future[None] | None = None  # the save under way on the daemon's history writer
     offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
     # For the lake: the records folded into the history since the last step, which the lake records with the next
     # poll so that a replay feeds the step the same (kept only while the lake is on).

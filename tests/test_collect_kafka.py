@@ -226,8 +226,7 @@ def test_exact_lag_seconds_from_the_record_timestamp(bootstrap: str) -> None:
     history.observe(snapshot)
     measure = measure_group(
         group_lag(g, snapshot.partitions),
-        history.groups[group],
-        history.timelines,
+        history,
         snapshot.taken_at,
         snapshot.taken_at - 600,
         snapshot.record_times,

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,7 +48,7 @@ def test_truncated_log_restarts_the_timeline() -> None:
     tl.add(0, 500)
     tl.add(10, 600)
     tl.add(20, 5)  # topic deleted and created again
-    assert tl.ends == [5]
+    assert list(tl.ends) == [5]
 
 
 @given(
@@ -142,3 +143,169 @@ def test_compacted_records_leave_the_exact_clocks_as_the_whole_batch(before: lis
     compacted = compact_records(batch)
     assert clocks(compacted) == clocks(batch)
     assert len(compacted) <= len(batch)
+
+
+# -- the per-poll rings against the list of samples they replaced ----------------------------------------------------
+
+_TP2 = TP._replace(partition=1)
+_POLL = st.tuples(
+    st.sampled_from(["ok", "ok", "ok", "unreadable", "failed", "absent"]),
+    st.dictionaries(st.sampled_from([TP, _TP2]), st.integers(0, 60), max_size=2),  # committed offsets
+    st.booleans(),  # TP2 assigned to a member
+    st.booleans(),  # TP's log end missing from the poll
+    st.integers(1, 40),  # seconds since the previous poll
+)
+
+
+class _Reference:
+    """The samples as schema 2 kept them: a list per group-partition of (time, committed, log end), appended at every
+    good poll that read the group, for every partition it committed or was assigned; cut to the polls the rings
+    keep (the last MAX_SAMPLES good polls)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[Any, list[tuple[int, float, int | None, int | None]]] = {}
+        self.good_polls = 0
+        self.gone = False
+
+    def observe(self, kind: str, t: float, committed: dict[Any, int], assigned: set[Any], ends: dict[Any, int]) -> None:
+        if kind == "failed":
+            return
+        self.good_polls += 1
+        if kind == "absent":
+            self.gone = True
+            return
+        if kind == "unreadable":
+            return
+        if self.gone:
+            self.samples, self.gone = {}, False  # a group that comes back starts a new track
+        had = {tp for tp, rows in self.samples.items() if rows and rows[-1][2] is not None}
+        for tp in {*committed, *assigned}:
+            self.samples.setdefault(tp, []).append((self.good_polls, t, committed.get(tp), ends.get(tp)))
+        for tp in had - set(committed) - assigned:
+            del self.samples[tp]
+
+    def kept(self, tp: Any) -> list[tuple[float, int | None, int | None]]:
+        from lagwatch.history.store import MAX_SAMPLES
+
+        if self.gone:
+            return []  # a vanished group's track has no windows (the rules see no group)
+        return [(t, c, e) for poll, t, c, e in self.samples.get(tp, []) if poll > self.good_polls - MAX_SAMPLES]
+
+    def window(self, tp: Any, since: float) -> list[tuple[float, int | None, int | None]]:
+        out = []
+        for s in reversed(self.kept(tp)):
+            out.append(s)
+            if s[0] <= since:
+                break
+        return out[::-1]
+
+    def consumption_rate(self, tp: Any, since: float) -> float | None:
+        last = first = None
+        for s in reversed(self.kept(tp)):
+            if s[1] is not None:
+                last = last or s
+                first = s
+            if s[0] <= since:
+                break
+        if first is None or last is None or last[0] <= first[0]:
+            return None
+        return max(0.0, (last[1] - first[1]) / (last[0] - first[0]))  # type: ignore[operator]
+
+
+def _replay(polls: list[Any]) -> tuple[ClusterHistory, _Reference, float]:
+    import dataclasses
+
+    h, ref, t = ClusterHistory("c"), _Reference(), 0.0
+    for i, (kind, committed, tp2_assigned, no_end, step) in enumerate(polls):
+        t += step
+        assigned = {_TP2} if tp2_assigned else set()
+        ends = {_TP2: 100 + i} if no_end else {TP: 100 + i, _TP2: 100 + i}
+        g = group("g", committed=committed, assigned=tuple(assigned), members=1 if assigned else 0)
+        if kind == "unreadable":
+            g = dataclasses.replace(g, error="coordinator not available")
+        groups = [] if kind == "absent" else [g]
+        h.observe(snapshot(t, groups, ends, error="down" if kind == "failed" else None))
+        ref.observe(kind, t, committed, assigned, ends)
+    return h, ref, t
+
+
+def _windows(h: ClusterHistory, ref: _Reference, now: float) -> None:
+    track = h.groups.get("g")
+    for tp in (TP, _TP2):
+        progress = track.partitions.get(tp) if track is not None and track.gone_since is None else None
+        for back in (0, 15, 45, 120, 600, 10_000):
+            since = now - back
+            got = [(s.t, s.committed, s.log_end) for s in h.window(progress, tp, since)] if progress else []
+            assert got == ref.window(tp, since), (tp, back)
+            rate = h.consumption_rate(progress, since) if progress else None
+            assert rate == ref.consumption_rate(tp, since), (tp, back)
+
+
+@given(st.lists(_POLL, min_size=1, max_size=90))
+def test_rings_keep_exactly_the_samples_the_lists_kept(polls: list[Any]) -> None:
+    """Windows and consumption rates from the rings equal those from lists of samples, through unreadable and
+    vanished groups, failed polls, partitions assigned and not, missing log ends, and past MAX_SAMPLES polls; and
+    again after a save and a load."""
+    h, ref, now = _replay(polls)
+    _windows(h, ref, now)
+    _windows(ClusterHistory.from_json(json.loads(json.dumps(h.to_json()))), ref, now)
+
+
+@given(st.lists(_POLL, min_size=1, max_size=70))
+def test_a_schema_2_history_loads_with_the_same_windows(polls: list[Any]) -> None:
+    h, ref, now = _replay(polls)
+    track = h.groups.get("g")
+    if track is None or track.gone_since is not None:
+        return
+    document = json.loads(json.dumps(h.to_json()))
+    raw_group = document["groups"]["g"]
+    raw_group["partitions"] = [
+        [tp.topic, tp.partition, [p.last_commit_change.since, p.last_commit_change.observed] if p.last_commit_change
+         else None, [list(s) for s in ref.kept(tp)]]
+        for tp, p in track.partitions.items()
+    ]  # fmt: skip
+    v2 = {
+        "schema_version": 2,
+        **{k: document[k] for k in ("cluster", "last_ok_poll", "polls", "evidence_since", "blind")},
+        "timelines": [[tp.topic, tp.partition, tl.to_json()] for tp, tl in h.timelines.items()],
+        "groups": {"g": raw_group},
+    }
+    loaded = ClusterHistory.from_json(v2)
+    _windows(loaded, ref, now)
+    assert loaded.timelines.keys() == h.timelines.keys()
+
+
+def test_damaged_history_arrays_are_a_value_error() -> None:
+    import base64
+    import zlib
+
+    h, _, _ = _replay([("ok", {TP: 3}, False, False, 10)] * 3)
+    document = h.to_json()
+    for damaged in (
+        {**document, "arrays": "not base64!"},
+        {**document, "arrays": base64.b64encode(b"not zlib").decode()},
+        {**document, "arrays": base64.b64encode(zlib.compress(b"\0" * 7)).decode()},  # too short
+        {**document, "arrays": base64.b64encode(zlib.compress(base64.b64decode(document["arrays"]) + b"x")).decode()},
+        {**document, "byteorder": "big"},
+    ):
+        with pytest.raises(ValueError, match=r"history arrays|base64|Incorrect padding|byte order"):
+            ClusterHistory.from_json(damaged)
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(0, 30)), min_size=1, max_size=120))
+def test_thinning_drops_the_point_with_the_shortest_span_first(steps: list[tuple[int, int]]) -> None:
+    """The timeline keeps what the plain definition keeps: when full, drop the first interior point whose neighbours
+    are closest in time."""
+    tl, times, ends, t, end = LogEndTimeline(capacity=12), [], [], 0.0, 0
+    for dt, grew in steps:
+        t, end = t + dt, end + grew
+        tl.add(t, end)
+        if len(ends) >= 2 and ends[-1] == end == ends[-2]:
+            times[-1] = t
+        else:
+            times.append(t)
+            ends.append(end)
+        if len(times) > 12:
+            best = min(range(1, len(times) - 1), key=lambda i: times[i + 1] - times[i - 1])
+            del times[best], ends[best]
+    assert (list(tl.times), list(tl.ends)) == (times, ends)

@@ -227,6 +227,30 @@ def test_metrics_body_is_the_per_poll_render_plus_self_monitoring(client: TestCl
     assert {"lagwatch_group_lag_sum", "lagwatch_scheduler_up", "lagwatch_notifier_up"} <= names
 
 
+def test_metrics_are_one_gzip_stream_for_prometheus_and_plain_text_for_the_rest(
+    client: TestClient, daemon: Daemon
+) -> None:
+    """The body is kept gzipped (about 40 MB of text at 100k group-partitions); a scrape that accepts gzip gets it
+    with its own lines appended as one gzip stream (not two members, which some clients stop reading after)."""
+    import zlib
+
+    with client.stream("GET", "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
+        raw = b"".join(response.iter_raw())
+        assert response.headers["content-encoding"] == "gzip"
+    stream = zlib.decompressobj(wbits=31)
+    text = stream.decompress(raw)
+    assert stream.eof and stream.unused_data == b""  # exactly one gzip member, complete
+    assert text.startswith(daemon.metrics_body()) and b"lagwatch_scheduler_up" in text
+    assert len(raw) < len(text) / 3
+    for refused in ("identity", "gzip;q=0", "br"):
+        plain = client.get("/metrics", headers={"Accept-Encoding": refused})
+        assert "content-encoding" not in plain.headers, refused
+        assert plain.content.startswith(daemon.metrics_body())
+    assert {f.name for f in text_string_to_metric_families(text.decode())} == {
+        f.name for f in text_string_to_metric_families(plain.text)
+    }
+
+
 def test_openapi_is_generated_from_the_models() -> None:
     spec = openapi_document()
     assert spec["openapi"].startswith("3.1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -17,17 +19,18 @@ class LogEndTimeline:
     older history thins out but keeps its reach, so lag in seconds stays answerable for old committed offsets.
     """
 
+    # Machine numbers, not lists of Python objects: about 0.9 KB a partition, not 4 KB (bench/daemon_step_bench.py).
+    times: array[float] = field(default_factory=lambda: array("d"))
+    ends: array[int] = field(default_factory=lambda: array("q"))
     capacity: int = DEFAULT_CAPACITY
-    times: list[float] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
 
     def add(self, t: float, log_end: int) -> None:
         if self.times and t <= self.times[-1]:
             return  # out-of-order or repeated sample
         if self.ends and log_end < self.ends[-1]:
             # The log was truncated or recreated (topic deleted and created again): history no longer applies.
-            self.times.clear()
-            self.ends.clear()
+            del self.times[:]
+            del self.ends[:]
         if len(self.ends) >= 2 and self.ends[-1] == log_end == self.ends[-2]:
             self.times[-1] = t  # a flat stretch needs only its first and last point
         else:
@@ -37,7 +40,11 @@ class LogEndTimeline:
             self._thin()
 
     def _thin(self) -> None:
-        best = min(range(1, len(self.times) - 1), key=lambda i: self.times[i + 1] - self.times[i - 1])
+        # The span each interior point covers, computed in C (map over the arrays): once a timeline is full this
+        # runs for every partition at every poll, and a key= lambda per point took 6% of a 100k-partition step.
+        times = self.times
+        spans = list(map(operator.sub, times[2:], times[:-2]))
+        best = spans.index(min(spans)) + 1  # the first interior point with the shortest span, as min(key=) chose
         del self.times[best]
         del self.ends[best]
 
@@ -65,10 +72,11 @@ class LogEndTimeline:
         if len(self.times) < 2:
             return None  # one point says nothing about how fast the log grows
         first_t, first_end = self.times[0], self.ends[0]
-        rate = (self.ends[-1] - first_end) / self.span_s if self.span_s > 0 else 0.0
+        span = self.times[-1] - first_t
+        rate = (self.ends[-1] - first_end) / span if span > 0 else 0.0
         if rate <= 0:
             return first_t, True
-        back = min((first_end - offset) / rate, self.span_s)
+        back = min((first_end - offset) / rate, span)
         return first_t - back, True
 
     def rate(self, since: float) -> float | None:
@@ -84,7 +92,7 @@ class LogEndTimeline:
 
     @classmethod
     def from_json(cls, points: list[list[float]], capacity: int = DEFAULT_CAPACITY) -> LogEndTimeline:
-        timeline = cls(capacity)
+        timeline = cls(capacity=capacity)
         for t, e in points:
             timeline.add(float(t), int(e))
         return timeline

@@ -74,7 +74,7 @@ def evaluate(
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
-        measure = measure_group(lag, track, history.timelines, now, rate_since, snapshot.record_times, production_rates)
+        measure = measure_group(lag, history, now, rate_since, snapshot.record_times, production_rates)
         measures[group.group_id] = measure
         ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held)
         for rule in GROUP_RULES:

@@ -44,7 +44,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stalled", tp.topic)
             continue
-        samples = progress.window(ctx.now - window)
+        samples = ctx.history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
             continue
         committed = {s.committed for s in samples}
@@ -105,8 +105,8 @@ def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int
     make the sum jump."""
     assert ctx.track is not None
     windows = []
-    for progress in ctx.track.partitions.values():
-        samples = progress.window(since)
+    for tp, progress in ctx.track.partitions.items():
+        samples = ctx.history.window(progress, tp, since)
         if not _covered(samples, since):
             return None
         windows.append(samples)
@@ -129,8 +129,8 @@ def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int
 def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
     assert ctx.track is not None
     since = ctx.now - window
-    for progress in ctx.track.partitions.values():
-        samples = progress.window(since)
+    for tp, progress in ctx.track.partitions.items():
+        samples = ctx.history.window(progress, tp, since)
         if not _covered(samples, since) or len({s.committed for s in samples}) > 1:
             return False
     series = _group_series(ctx, since)

@@ -280,7 +280,23 @@ def _probes(app: FastAPI) -> None:
             connections.open_count if connections is not None else None,
             connections.closed if connections is not None else {},
         )
-        return Response(daemon.metrics_body() + own, media_type=CONTENT_TYPE)
+        if _accepts_gzip(request.headers.get("accept-encoding", "")):  # Prometheus does; the body is kept gzipped
+            headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+            return Response(daemon.metrics_gzip(own), media_type=CONTENT_TYPE, headers=headers)
+        return Response(daemon.metrics_body() + own, media_type=CONTENT_TYPE, headers={"Vary": "Accept-Encoding"})
+
+
+def _accepts_gzip(header: str) -> bool:
+    """RFC 9110 content negotiation, as far as gzip goes: listed (or `*`) without q=0."""
+    for item in header.split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            q = params.strip().lower().removeprefix("q=")
+            try:
+                return not params.strip() or float(q) > 0
+            except ValueError:
+                return False
+    return False
 
 
 def _notifier_internal_errors(daemon: Daemon) -> dict[str, int]:

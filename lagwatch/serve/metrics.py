@@ -7,6 +7,8 @@ Inf: a figure lagwatch does not know is left out.
 from __future__ import annotations
 
 import math
+import threading
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.utils import floatToGoString
@@ -17,6 +19,32 @@ from lagwatch.notify.dispatcher import WorkerHealth
 from lagwatch.runtime import ClusterRuntime
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class RenderedMetrics:
+    """The per-poll body, kept gzip-compressed: at 100k group-partitions the text is about 40 MB, gzip about 2 MB
+    (level 1: 0.07 s for 29 MB, measured), and Prometheus asks for gzip. The stream is sync-flushed, not finished:
+    a scrape appends its own lines through a copy of the compressor, so every answer is one gzip stream."""
+
+    def __init__(self, prefix: bytes, compressor: zlib._Compress) -> None:
+        self.prefix = prefix
+        self._compressor = compressor
+        self._lock = threading.Lock()
+
+    def gzip_with(self, tail: bytes) -> bytes:
+        with self._lock:
+            compressor = self._compressor.copy()
+        return self.prefix + compressor.compress(tail) + compressor.flush()
+
+    def plain(self) -> bytes:
+        return zlib.decompressobj(wbits=31).decompress(self.prefix)
+
+
+def _gzip_writer() -> zlib._Compress:
+    return zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
+
+
+EMPTY = RenderedMetrics((c := _gzip_writer()).compress(b"") + c.flush(zlib.Z_SYNC_FLUSH), c)
 
 
 class _Family:
@@ -73,6 +101,17 @@ class _Families:
             out.append(f"# HELP {f.name} {f.doc}\n# TYPE {f.name} {f.kind}\n")
             out.extend(f.lines)
         return "".join(out).encode()
+
+    def gzip(self) -> RenderedMetrics:
+        """Family by family, so that the whole text never exists at once (only the largest family's)."""
+        compressor = _gzip_writer()
+        chunks = []
+        for f in self.families.values():
+            chunks.append(compressor.compress(f"# HELP {f.name} {f.doc}\n# TYPE {f.name} {f.kind}\n".encode()))
+            chunks.append(compressor.compress("".join(f.lines).encode()))
+            f.lines = []
+        chunks.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+        return RenderedMetrics(b"".join(chunks), compressor)
 
 
 def _number(value: float) -> str:
@@ -165,6 +204,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     lag = f.gauge("partition_lag", "Records behind on the partition", p_labels)
     lag_seconds = f.gauge("partition_lag_seconds", "Seconds behind on the partition", p_labels)
     cluster_label = f'cluster="{_escape(c)}"'
+    add_committed, add_lag = committed.lines.append, lag.lines.append
     exported_partitions = set()
     for group in snap.groups:
         g = group.group_id
@@ -188,11 +228,13 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             continue
         for topic, rows in m.by_topic.items():
             cgt = f'{cg},topic="{_escape(topic)}"'
-            for pm in rows:
+            for pm in rows:  # f.put inlined: the offsets are ints (finite); this loop runs per group-partition
                 part = pm.partition
                 cgtp = f'{cgt},partition="{part.partition}"'
-                f.put(committed, cgtp, part.committed)
-                f.put(lag, cgtp, part.lag)
+                if part.committed is not None:
+                    add_committed(f"{committed.name}{{{cgtp}}} {part.committed}\n")
+                if part.lag is not None:
+                    add_lag(f"{lag.name}{{{cgtp}}} {part.lag}\n")
                 f.put(lag_seconds, cgtp, pm.lag_time.seconds)
                 exported_partitions.add((topic, part.partition))
     for (topic, partition), offsets in sorted(snap.partitions.items()):
@@ -202,7 +244,9 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             f.put(log_start, ctp, offsets.log_start)
 
 
-def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]) -> bytes:
+def render(
+    clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]
+) -> RenderedMetrics:
     f = _Families()
     alerts = list(alerts)  # read twice below
     for rt in clusters:
@@ -250,7 +294,7 @@ def render(clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_s
             [],
             notify_stats["lake_dropped_rows"],
         )
-    return f.text()
+    return f.gzip()
 
 
 _NOTIFIER_COUNTERS: tuple[tuple[str, str, Callable[[WorkerHealth], int]], ...] = (
