@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from lagwatch.daemon import Daemon
@@ -276,3 +278,13 @@ def test_openapi_is_generated_from_the_models() -> None:
     assert "checkpoint" in schemas["GroupKind"]["enum"]
     served = TestClient(create_app()).get("/api/v1/openapi.json").json()
     assert served == spec
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**63), 2**63)))
+def test_numbers_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    """The exposition's fast number formatting gives what prometheus-client's floatToGoString gives."""
+    from prometheus_client.utils import floatToGoString
+
+    from lagwatch.serve.metrics import _number
+
+    assert _number(value) == (str(value) if type(value) is int else floatToGoString(value))

@@ -98,40 +98,54 @@ def measure_group(
     # Every group on a partition asks for the same rate: computed once per evaluation (and window start).
     rates = production_rates if production_rates is not None else {}
     measures = []
-    for p in lag.partitions:
+    by_topic: dict[str, list[PartitionMeasure]] = {}
+    max_seconds: float | None = None
+    estimated = False
+    production: float | None = None  # sums over the committed partitions with a rate: None when none has one
+    consumption: float | None = None
+    for p in lag.partitions:  # the figures below are summed in this one pass: it runs per group-partition
         tp = TopicPartition(p.topic, p.partition)
         timeline = timelines.get(tp)
-        written_at = record_times.get((tp, p.committed)) if record_times and p.committed is not None else None
+        committed = p.committed
+        written_at = record_times.get((tp, committed)) if record_times and committed is not None else None
         production_rate = None
         if timeline is not None:
             rate_key = (tp, since)
-            production_rate = rates.get(rate_key, rates)
-            if production_rate is rates:  # not computed yet (None is an answer)
+            if rate_key in rates:
+                production_rate = rates[rate_key]
+            else:
                 production_rate = rates[rate_key] = timeline.rate(since)
         progress = progresses.get(tp)
-        measures.append(
-            PartitionMeasure(
-                p,
-                lag_seconds(timeline, p.committed, p.log_end, now, written_at),
-                production_rate,  # type: ignore[arg-type]
-                consumption_rate(progress, since) if progress is not None else None,
-            )
-        )
-    known = [m.lag_time.seconds for m in measures if m.lag_time.seconds is not None]
-    production = _sum_or_none(m.production_rate for m in measures if m.partition.committed is not None)
-    consumption = _sum_or_none(m.consumption_rate for m in measures if m.partition.committed is not None)
+        lag_time = lag_seconds(timeline, committed, p.log_end, now, written_at)
+        consumed = consumption_rate(progress, since) if progress is not None else None
+        m = PartitionMeasure(p, lag_time, production_rate, consumed)
+        measures.append(m)
+        rows = by_topic.get(p.topic)
+        if rows is None:
+            by_topic[p.topic] = [m]
+        else:
+            rows.append(m)
+        seconds = lag_time.seconds
+        if seconds is not None and (max_seconds is None or seconds > max_seconds):
+            max_seconds = seconds
+        estimated = estimated or lag_time.estimated
+        if committed is not None:
+            if production_rate is not None:
+                production = production_rate if production is None else production + production_rate
+            if consumed is not None:
+                consumption = consumed if consumption is None else consumption + consumed
     eta = None
     if lag.sum_lag > 0 and production is not None and consumption is not None and consumption > production:
         eta = lag.sum_lag / (consumption - production)
     return GroupMeasure(
         lag=lag,
         partitions=tuple(measures),
-        max_lag_seconds=max(known) if known else None,
-        lag_seconds_estimated=any(m.lag_time.estimated for m in measures),
+        max_lag_seconds=max_seconds,
+        lag_seconds_estimated=estimated,
         production_rate=production,
         consumption_rate=consumption,
         eta_s=eta,
-        by_topic=_by_topic(measures),
+        by_topic={topic: tuple(rows) for topic, rows in by_topic.items()},
     )
 
 

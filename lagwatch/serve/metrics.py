@@ -115,8 +115,13 @@ class _Families:
 
 
 def _number(value: float) -> str:
-    if type(value) is int:  # offsets and counts: most series; str() is what floatToGoString gives them, 5x faster
+    kind = type(value)
+    if kind is int:  # offsets and counts: most series; str() is what floatToGoString gives them, 5x faster
         return str(value)
+    if kind is float:  # what floatToGoString returns for a finite float below 1e6, without its checks (3x faster)
+        text = repr(value)
+        if "n" not in text and not (value > 0 and text.find(".") > 6):  # not inf/nan, no Go exponent needed
+            return text
     return str(floatToGoString(value))  # type: ignore[no-untyped-call]
 
 
@@ -204,7 +209,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     lag = f.gauge("partition_lag", "Records behind on the partition", p_labels)
     lag_seconds = f.gauge("partition_lag_seconds", "Seconds behind on the partition", p_labels)
     cluster_label = f'cluster="{_escape(c)}"'
-    add_committed, add_lag = committed.lines.append, lag.lines.append
+    add_committed, add_lag, add_seconds = committed.lines.append, lag.lines.append, lag_seconds.lines.append
     exported_partitions = set()
     for group in snap.groups:
         g = group.group_id
@@ -235,7 +240,9 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
                     add_committed(f"{committed.name}{{{cgtp}}} {part.committed}\n")
                 if part.lag is not None:
                     add_lag(f"{lag.name}{{{cgtp}}} {part.lag}\n")
-                f.put(lag_seconds, cgtp, pm.lag_time.seconds)
+                seconds = pm.lag_time.seconds
+                if seconds is not None and math.isfinite(seconds):
+                    add_seconds(f"{lag_seconds.name}{{{cgtp}}} {_number(seconds)}\n")
                 exported_partitions.add((topic, part.partition))
     for (topic, partition), offsets in sorted(snap.partitions.items()):
         if (topic, partition) in exported_partitions:
