@@ -8,11 +8,13 @@ timed steps, `--warm` polls are folded into the history, so that its per-poll ri
 that has run for half an hour (memory and history saves are measured at that steady state).
 
     python bench/daemon_step_bench.py --sizes 10000x10 --steps 8
+    python bench/daemon_step_bench.py --sizes 10000x10 --steps 8 --kafka   # collect included, on a real Kafka
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import resource
 import statistics
@@ -36,6 +38,7 @@ from lagwatch.model import (
 )
 
 GROUPS_PER_TOPIC = 10
+RECORDS_PER_PARTITION = 200  # with --kafka: every group lags 200 records, over the bench's threshold of 100
 
 
 def say(message: str) -> None:
@@ -112,7 +115,46 @@ class GcPauses:
             self.seconds[info["generation"]] += time.perf_counter() - self.started
 
 
-def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool) -> None:
+def kafka_poller(bootstrap: str, groups: int, partitions: int) -> Any:
+    """G groups on a real broker (poll_bench's groups: committed at 0, 20 groups a topic), then records on every
+    partition so that every group lags: the poll is the daemon's own ClusterPoller."""
+    from kafka import KafkaProducer
+    from poll_bench import GROUPS_PER_TOPIC as PER_TOPIC
+    from poll_bench import create_groups
+
+    create_groups(bootstrap, "d", groups, partitions)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=65536)
+    topics = (groups + PER_TOPIC - 1) // PER_TOPIC
+    for t in range(topics):
+        for p in range(partitions):
+            for _ in range(RECORDS_PER_PARTITION):
+                producer.send(f"d-t{t:04d}", b"x", partition=p)
+        if (t + 1) % 100 == 0:
+            say(f"  records on {t + 1}/{topics} topics")
+    producer.flush()
+    producer.close()
+    from lagwatch.collect import ClusterPoller
+
+    return SpacedPolls(ClusterPoller("bench", ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False)))
+
+
+class SpacedPolls:
+    """The real poller's snapshots, dated 30 s apart as with the default poll interval (the bench polls back to
+    back): the rules' windows then hold as many polls as in a daemon, not the dozens that 1.5 s apart would give."""
+
+    def __init__(self, poller: Any, interval: float = 30.0) -> None:
+        self.poller, self.interval = poller, interval
+        self.t = time.time() - 3600
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += self.interval
+        return dataclasses.replace(self.poller.poll(), taken_at=self.t)
+
+    def close(self) -> None:
+        self.poller.close()
+
+
+def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool, bootstrap: str | None) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
         settings = load_settings(
@@ -122,7 +164,11 @@ def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool) -
             alerts={"group_wait_s": 0, "group_interval_s": 0},
             history_save_interval_s=0,  # save history every step: the worst case
         )
-        poller = SyntheticPoller(groups, partitions, interval)
+        poller = (
+            SyntheticPoller(groups, partitions, interval)
+            if bootstrap is None
+            else kafka_poller(bootstrap, groups, partitions)
+        )
         cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
         daemon = Daemon(
             settings,
@@ -140,6 +186,7 @@ def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool) -
             gc_policy.configure()  # as `lagwatch run` does once the state is loaded
         pauses = GcPauses()
         phases: dict[str, list[float]] = {}
+        timed(poller, "poll", phases)  # the collect phase (0 s for the synthetic poller)
         timed(daemon.pipelines["bench"], "step", phases)
         timed(daemon, "save_alerts", phases)
         timed(daemon, "save_history", phases)  # the poll thread's part: capturing the history
@@ -185,11 +232,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warm", type=int, default=70, help="polls folded into the history before the steps")
     parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds, not lagwatch run's")
+    parser.add_argument("--kafka", action="store_true", help="a real local Kafka and the daemon's own poller")
     args = parser.parse_args()
+    if args.kafka:
+        from lagwatch.devbroker import LocalBroker
+
+        with LocalBroker(heap="1g") as broker:
+            for size in args.sizes.split(","):
+                g, p = (int(x) for x in size.split("x"))
+                say(f"{g} groups x {p} partitions on Kafka at {broker.bootstrap}: creating ...")
+                run(g, p, args.steps, args.warm, args.default_gc, broker.bootstrap)
+        return
     for size in args.sizes.split(","):
         g, p = (int(x) for x in size.split("x"))
         say(f"{g} groups x {p} partitions: building and stepping ...")
-        run(g, p, args.steps, args.warm, args.default_gc)
+        run(g, p, args.steps, args.warm, args.default_gc, None)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ and DescribeConfigs per broker when the broker settings are due. None of it grow
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -124,12 +125,12 @@ class ClusterPoller:
         answers = self._read_groups(wire, listed)
         groups = tuple(self._group_snapshot(g, answers) for g in sorted(listed.values(), key=lambda g: g.group_id))
         groups += tuple(checkpoint_group(n, c) for n, c in sorted(self.config.checkpoint_consumers.items()))
-        needed = sorted(
-            {tp for g in groups for tp in (*g.committed, *g.member_of()) if self.config.topics.matches(tp.topic)}
-        )
+        # The topic filter once per topic and poll: per group-partition it was 200k RE2 matches (1 s) at 100k.
+        kept = functools.cache(self.config.topics.matches)
+        needed = sorted({tp for g in groups for tp in (*g.committed, *g.member_of()) if kept(tp.topic)})
         partitions, leaders, missing = self._log_offsets(wire, needed)
         # Topic filters apply to what a group shows as well as to what lagwatch asks for.
-        groups = tuple(_only_topics(g, self.config.topics.matches) for g in groups)
+        groups = tuple(_only_topics(g, kept) for g in groups)
         return groups, partitions, self._record_times(wire, groups, partitions, leaders), missing
 
     def _record_times(

@@ -188,6 +188,7 @@ class _Worker:
         if checks and not delivery.in_flight:
             # Saved before the call: if lagwatch dies during it, the next run knows to look before sending again.
             delivery.in_flight = True
+            self.outbox.touch(delivery)
             self._persist()
         try:
             if checks:
@@ -228,6 +229,7 @@ class _Worker:
             delay = max(delay, min(hint, BACKOFF_MAX_S))
         delivery.next_attempt_at = now + delay
         delivery.last_error = _describe(error)
+        self.outbox.touch(delivery)
         expected = isinstance(error, DeliveryError)
         with self.counters.lock:
             self.counters.retried += 1
@@ -303,6 +305,7 @@ class _Worker:
                 delivery.attempts += 1
                 delivery.next_attempt_at = wall + self._retry_delay(delivery.attempts)
                 delivery.last_error = f"worker died: {text}"
+                self.outbox.touch(delivery)
                 with self.counters.lock:
                     self.counters.retried += 1
         if pending:

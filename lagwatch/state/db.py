@@ -53,6 +53,15 @@ CREATE TABLE IF NOT EXISTS set_aside (at REAL NOT NULL, tbl TEXT NOT NULL, key T
 _ROW_TABLES = ("alerts", "alert_groups", "storms", "silences", "refs")
 
 
+_KEY_COLUMN = {"silences": "id", "outbox": "id", "meta": "name"}
+
+
+def _fingerprint(delivery: Any) -> str:
+    """What of a queued delivery changes (its notification never does: written once, with the row)."""
+    d = delivery
+    return f"{d.attempts}|{d.next_attempt_at}|{d.last_error}|{d.in_flight}"
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -301,15 +310,22 @@ class StateDatabase:
             wanted["storms"] = {s.key: _dumps(vars(s)) for s in book.storms.values()}
             wanted["silences"] = {s.id: _dumps(vars(s)) for s in book.silences if s.created_by != "config"}
             wanted["meta"] = {"sequence": str(book.sequence)}
-        wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
-        # A queued notification never changes, only its delivery state: its body is written once, with the row.
-        deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
-        wanted["outbox"] = {
-            key: f"{d.attempts}|{d.next_attempt_at}|{d.last_error}|{d.in_flight}" for key, d in deliveries.items()
-        }
+            # With the book (after a poll): the whole outbox is compared with what was written, as a check.
+            wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
+            deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
+            wanted["outbox"] = {key: _fingerprint(d) for key, d in deliveries.items()}
+            changed: dict[str, dict[str, str | None]] = {}
+        else:  # after a delivery: only the rows the outbox says changed
+            deliveries = {k: d for k, d in outbox.unsaved_deliveries.items() if d is not None}
+            changed = {
+                "outbox": {k: None if d is None else _fingerprint(d) for k, d in outbox.unsaved_deliveries.items()},
+                "refs": {k: _dumps(outbox.refs[k]) if k in outbox.refs else None for k in outbox.unsaved_refs},
+            }
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for table, rows in wanted.items():
             statements += self._row_changes(table, rows, alert_bodies, deliveries)
+        for table, some in changed.items():
+            statements += self._some_row_changes(table, some, deliveries)
         if statements:  # no transaction (and no fsync) for a save that changes nothing, as after most polls
             with self._transaction() as db:
                 for sql, params in statements:
@@ -317,19 +333,46 @@ class StateDatabase:
         # Only now is it on disk: from here on, saves need not write it again.
         for table, rows in wanted.items():
             self._written[table] = dict(rows)
+        for table, some in changed.items():
+            written = self._written.setdefault(table, {})
+            for key, content in some.items():
+                if content is None:
+                    written.pop(key, None)
+                else:
+                    written[key] = content
+        outbox.unsaved_deliveries.clear()
+        outbox.unsaved_refs.clear()
         self.writes += len(statements)
         return len(statements)
 
+    def _some_row_changes(
+        self, table: str, some: dict[str, str | None], deliveries: dict[str, Any]
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements for some rows of `table` (None: the row goes), the rest as it was written."""
+        written = self._written.setdefault(table, {})
+        rows = {k: v for k, v in some.items() if v is not None}
+        gone = [(f"DELETE FROM {table} WHERE {_KEY_COLUMN.get(table, 'key')} = ?", (k,)) for k, v in some.items()
+                if v is None and k in written]  # fmt: skip
+        return gone + self._row_changes(table, rows, {}, deliveries, only_these=True)
+
     def _row_changes(
-        self, table: str, rows: dict[str, str], alert_bodies: dict[str, Any], deliveries: dict[str, Any]
+        self,
+        table: str,
+        rows: dict[str, str],
+        alert_bodies: dict[str, Any],
+        deliveries: dict[str, Any],
+        only_these: bool = False,
     ) -> list[tuple[str, tuple[Any, ...]]]:
         """The statements that bring `table` from what was written to `rows` (key -> what identifies the row's
-        content: the body itself, or for alerts and the outbox a fingerprint of their state)."""
+        content: the body itself, or for alerts and the outbox a fingerprint of their state). `only_these`: rows
+        not named are left as they are (not deleted)."""
         written = self._written.setdefault(table, {})
-        column = {"silences": "id", "outbox": "id", "meta": "name"}.get(table, "key")
-        out: list[tuple[str, tuple[Any, ...]]] = [
-            (f"DELETE FROM {table} WHERE {column} = ?", (key,)) for key in written if key not in rows
-        ]
+        column = _KEY_COLUMN.get(table, "key")
+        out: list[tuple[str, tuple[Any, ...]]] = (
+            []
+            if only_these
+            else [(f"DELETE FROM {table} WHERE {column} = ?", (key,)) for key in written if key not in rows]
+        )
         for key, content in rows.items():
             if written.get(key) == content:
                 continue
