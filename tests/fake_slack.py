@@ -1,12 +1,15 @@
 """A Slack-Web-API-compatible server on loopback (what slack-sdk's base_url points at in the tests).
 
 It records every call, and can be told to answer 429 with Retry-After, 500, a Slack error code (invalid_auth,
-message_not_found, ...) for a given method, or slowly, or to be down altogether.
+message_not_found, ...) for a given method, or slowly, or to be down altogether. With `post_rate_per_s` set it also
+enforces a rate limit like Slack's on chat.postMessage (about one message per second per channel, short bursts
+allowed): a token bucket per channel, and a 429 with Retry-After (whole seconds, as Slack sends it) when exceeded.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +43,10 @@ class FakeSlack:
     act_then_hang_next: int = 0
     hang_s: float = 3.0
     messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # channel id -> messages posted
+    # chat.postMessage per channel: at most this many per second on average (0: no limit), `post_burst` at once.
+    post_rate_per_s: float = 0.0
+    post_burst: float = 1.0
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)  # channel id -> (tokens, at)
     _ts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -120,6 +127,12 @@ class FakeSlack:
                 code = self.errors_next[method].pop(0)
                 self.calls.append(Call(method, args, time.monotonic(), 200, code))
                 return 200, {"ok": False, "error": code}, {}
+            if method == "chat.postMessage" and self.post_rate_per_s > 0:
+                wait = self._take_token(_channel_id(args.get("channel")))
+                if wait > 0:
+                    self.calls.append(Call(method, args, time.monotonic(), 429))
+                    retry = str(max(1, math.ceil(wait)))
+                    return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": retry}
             if auth != f"Bearer {self.token}":
                 self.calls.append(Call(method, args, time.monotonic(), 200, "invalid_auth"))
                 return 200, {"ok": False, "error": "invalid_auth"}, {}
@@ -147,6 +160,17 @@ class FakeSlack:
             if method == "chat.update":
                 return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
             return 200, {"ok": False, "error": "unknown_method"}, {}
+
+    def _take_token(self, channel: str) -> float:
+        """A post to `channel` now: 0 if the channel's bucket had a token (taken), else the seconds until it will."""
+        now = time.monotonic()
+        tokens, at = self._buckets.get(channel, (self.post_burst, now))
+        tokens = min(self.post_burst, tokens + (now - at) * self.post_rate_per_s)
+        if tokens >= 1.0:
+            self._buckets[channel] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[channel] = (tokens, now)
+        return (1.0 - tokens) / self.post_rate_per_s
 
 
 def _channel_id(channel: Any) -> str:
