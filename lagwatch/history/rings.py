@@ -47,17 +47,7 @@ class PollRing:
             del values[: keep_from - self.first]
             self.first = keep_from
 
-    def at(self, poll: int) -> int:
-        """The raw value at `poll` (NOT_SAMPLED outside the ring)."""
-        i = poll - self.first
-        return self.values[i] if 0 <= i < len(self.values) else NOT_SAMPLED
-
     @property
     def last(self) -> int:
         """The newest value recorded (NOT_SAMPLED when none)."""
         return self.values[-1] if self.values else NOT_SAMPLED
-
-
-def optional(raw: int) -> int | None:
-    """A recorded value as the rules see it: None for NO_VALUE (call only on sampled values)."""
-    return None if raw == NO_VALUE else raw

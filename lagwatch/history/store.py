@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lagwatch.history.rings import NO_VALUE, NOT_SAMPLED, PollRing, optional
+from lagwatch.history.rings import NO_VALUE, NOT_SAMPLED, PollRing
 from lagwatch.history.timeline import LogEndTimeline
 from lagwatch.model import ClusterSnapshot, GroupSnapshot, TopicPartition
 from lagwatch.offsets_topic import (
@@ -35,6 +35,7 @@ from lagwatch.offsets_topic import (
 )
 
 HISTORY_SCHEMA_VERSION = 3  # 3: samples as per-poll rings (poll times per cluster, log ends per partition)
+_NO_ENDS: array[int] = array("q")
 MAX_SAMPLES = 64  # polls of samples kept: windows of half an hour at 30 s polls, 10 minutes at 10 s
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
 
@@ -206,9 +207,20 @@ class ClusterHistory:
     def window(self, progress: PartitionProgress, tp: TopicPartition, since: float) -> list[Sample]:
         """`tp`'s samples from the last one at or before `since` to now (so the window is fully covered); all of
         them when none is that old. Walks back from the newest: a window is a few samples of up to 64."""
+        times, t0 = self.poll_times, self.poll_times_first
+        values, first = progress.committed.values, progress.committed.first
+        ends = self.log_ends.get(tp)
+        end_values, end_first = (ends.values, ends.first) if ends is not None else (_NO_ENDS, 0)
         out = []
-        for t, committed, log_end in self._walk_back(progress, tp):
-            out.append(Sample(t, optional(committed), None if log_end <= NO_VALUE else log_end))
+        for i in range(len(values) - 1, max(0, t0 - first) - 1, -1):  # newest first, as far back as times go
+            raw = values[i]
+            if raw == NOT_SAMPLED:
+                continue
+            poll = first + i
+            t = times[poll - t0]
+            j = poll - end_first
+            end = end_values[j] if 0 <= j < len(end_values) else NOT_SAMPLED
+            out.append(Sample(t, None if raw == NO_VALUE else raw, None if end <= NO_VALUE else end))
             if t <= since:
                 break
         out.reverse()
@@ -246,18 +258,6 @@ class ClusterHistory:
         if first_value is None or last is None or last_t <= first_t:
             return None
         return max(0.0, (last - first_value) / (last_t - first_t))
-
-    def _walk_back(self, progress: PartitionProgress, tp: TopicPartition) -> Iterable[tuple[float, int, int]]:
-        """(time, raw committed, raw log end) of each sample, newest first, as far back as poll times are kept."""
-        times, t0 = self.poll_times, self.poll_times_first
-        ring = progress.committed
-        values, first = ring.values, ring.first
-        ends = self.log_ends.get(tp)
-        for i in range(len(values) - 1, max(0, t0 - first) - 1, -1):
-            raw = values[i]
-            if raw != NOT_SAMPLED:
-                poll = first + i
-                yield times[poll - t0], raw, ends.at(poll) if ends is not None else NOT_SAMPLED
 
     def observe_records(self, records: Iterable[Record], caught_up: bool) -> None:
         """Folds in records read from `__consumer_offsets`, in the topic's order."""

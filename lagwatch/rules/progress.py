@@ -99,10 +99,8 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
     )
 
 
-def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int]] | None:
-    """(poll time, summed lag, summed committed offset) at each poll of the window, over the partitions whose lag
-    is known at every one of those polls: a partition committed for the first time mid-window would otherwise
-    make the sum jump."""
+def _windows(ctx: GroupContext, since: float) -> list[list[Sample]] | None:
+    """Every partition's window, or None when one is not covered."""
     assert ctx.track is not None
     windows = []
     for tp, progress in ctx.track.partitions.items():
@@ -110,16 +108,26 @@ def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int
         if not _covered(samples, since):
             return None
         windows.append(samples)
+    return windows
+
+
+def _group_series(windows: list[list[Sample]]) -> list[tuple[float, int, int]] | None:
+    """(poll time, summed lag, summed committed offset) at each poll of the windows, over the partitions whose lag
+    is known at every one of those polls: a partition committed for the first time mid-window would otherwise
+    make the sum jump."""
     times = sorted({s.t for samples in windows for s in samples})
     lag = dict.fromkeys(times, 0)
     committed = dict.fromkeys(times, 0)
     counted = 0
     for samples in windows:
-        if [s.t for s in samples] != times or any(_lag(s) is None for s in samples):
+        if len(samples) != len(times) or [s.t for s in samples] != times:
+            continue
+        lags = [_lag(s) for s in samples]
+        if None in lags:
             continue
         counted += 1
-        for s in samples:
-            lag[s.t] += _lag(s) or 0
+        for s, behind in zip(samples, lags, strict=True):
+            lag[s.t] += behind or 0
             committed[s.t] += s.committed or 0
     if counted == 0 or len(times) < 2:
         return None
@@ -127,13 +135,10 @@ def _group_series(ctx: GroupContext, since: float) -> list[tuple[float, int, int
 
 
 def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
-    assert ctx.track is not None
-    since = ctx.now - window
-    for tp, progress in ctx.track.partitions.items():
-        samples = ctx.history.window(progress, tp, since)
-        if not _covered(samples, since) or len({s.committed for s in samples}) > 1:
-            return False
-    series = _group_series(ctx, since)
+    windows = _windows(ctx, ctx.now - window)  # built once: the check below and the series read the same ones
+    if windows is None or any(len({s.committed for s in samples}) > 1 for samples in windows):
+        return False
+    series = _group_series(windows)
     return series is not None and series[-1][1] > series[0][1]
 
 
@@ -153,7 +158,8 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     m = ctx.measure
     if not m.consumption_rate or m.production_rate is None or m.consumption_rate >= m.production_rate:
         return  # a consumer making no progress at all is stalled or stopped, not falling behind
-    series = _group_series(ctx, ctx.now - window)
+    windows = _windows(ctx, ctx.now - window)
+    series = _group_series(windows) if windows is not None else None
     if series is None:
         return
     if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(series)):
