@@ -209,7 +209,7 @@ def test_series_of_a_vanished_group_disappear_at_the_next_render() -> None:
         snap = snapshot(len(history.groups) * 30.0 + 30, groups, {TP: 50})
         history.observe(snap)
         runtime.latest, runtime.evaluation = snap, evaluate(snap, history, resolver, {})
-        return metrics.render([runtime], [], {}).decode()
+        return metrics.render([runtime], [], {}).plain().decode()
 
     both = render([group("kept", committed={TP: 10}), group("gone", committed={TP: 20})])
     assert 'group="gone"' in both and 'group="kept"' in both
