@@ -176,10 +176,18 @@ class Daemon:
         deadline = time.monotonic() + (wait_s or 0.0)
         under_way = runtime.history_write
         if under_way is not None and not under_way.done() and (wait_s is None or not _wait(under_way, deadline)):
+            hung = runtime.history_write_hung_s(time.monotonic())
+            if hung is not None and not runtime.history_owed:  # once per streak; /readyz says so meanwhile
+                runtime.history_owed = True
+                log.error(
+                    "saving history hangs (the disk neither answers nor fails)",
+                    extra={"cluster": runtime.name, "seconds": round(hung)},
+                )
             return
         with runtime.lock:
             capture = runtime.history.capture()
         runtime.history_saved_at = self.clock()  # a failure waits for the next interval, not the next poll
+        runtime.history_write_started = time.monotonic()
         runtime.history_write = self.history_writer.submit(self._write_history, runtime, capture)
         if wait_s is not None and not _wait(runtime.history_write, deadline):
             log.error("saving history at stop timed out; the previous save stays", extra={"cluster": runtime.name})

@@ -13,6 +13,8 @@ from lagwatch.model import ClusterSnapshot
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation
 
+HISTORY_WRITE_HUNG_S = 120.0  # a history save (about 0.3 s at 100k group-partitions) still running after this
+
 
 @dataclass
 class ClusterRuntime:
@@ -31,6 +33,17 @@ class ClusterRuntime:
     history_saved_at: float = 0.0
     history_owed: bool = False  # the last save of its history failed (logged once per streak)
     history_write: Future[None] | None = None  # the save under way on the daemon's history writer
+    history_write_started: float = 0.0  # time.monotonic() when it was handed to the writer
+
+    def history_write_hung_s(self, now_monotonic: float) -> float | None:
+        """How long the history save under way has run, when longer than HISTORY_WRITE_HUNG_S (a disk that
+        neither answers nor fails); else None."""
+        write = self.history_write
+        if write is None or write.done():
+            return None
+        running = now_monotonic - self.history_write_started
+        return running if running > HISTORY_WRITE_HUNG_S else None
+
     offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
     # For the lake: the records folded into the history since the last step, which the lake records with the next
     # poll so that a replay feeds the step the same (kept only while the lake is on).

@@ -196,3 +196,46 @@ def test_persist_streaks_a_blip_is_not_a_streak_old_failures_are_not_news() -> N
     assert streaks.failing(_health(9)) == []  # quiet long enough: saves work again
     now[0] += 60
     assert streaks.failing(_health(21)) == ["slack"]  # looked at rarely: many failures since
+
+
+def test_a_history_save_that_hangs_is_said_in_readyz_and_the_log_once_and_polls_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that neither answers nor fails: the history writer waits, the poll thread does not; after
+    HISTORY_WRITE_HUNG_S /readyz names it and one error line says so; when the disk answers, it is saved again."""
+    from lagwatch import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "HISTORY_WRITE_HUNG_S", 0.5)
+    daemon = make_daemon(tmp_path, http={"enabled": False}, history_save_interval_s=0)
+    disk = threading.Event()
+    write = daemon.store.write_history
+
+    def hanging(cluster: str, data: dict[str, Any]) -> None:
+        disk.wait(30)
+        write(cluster, data)
+
+    monkeypatch.setattr(daemon.store, "write_history", hanging)
+    app = create_app()
+    app.state.daemon = daemon
+    client = TestClient(app)
+    try:
+        daemon.poll_cluster(CLUSTER)  # its history save hangs
+        started = time.monotonic()
+        while time.monotonic() - started < 1.5:
+            daemon.poll_cluster(CLUSTER)  # polls go on, their saves put off behind the hung one
+        assert time.monotonic() - started < 5
+        body = client.get("/readyz").json()
+        assert any("saving its history has not finished" in p for p in body["problems"]), body
+        hung = [
+            r for r in caplog.records if r.getMessage() == "saving history hangs (the disk neither answers nor fails)"
+        ]
+        assert len(hung) == 1
+        disk.set()
+        wait_for(lambda: daemon.clusters[CLUSTER].history_write.done(), timeout=10)  # type: ignore[union-attr]
+        daemon.poll_cluster(CLUSTER)
+        body = client.get("/readyz").json()
+        assert not any("history" in p for p in body.get("problems", [])), body
+        assert any(r.getMessage() == "history saved again" for r in caplog.records)
+    finally:
+        disk.set()
+        daemon.stop()

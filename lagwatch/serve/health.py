@@ -100,9 +100,15 @@ def readiness(
 ) -> tuple[list[str], list[str]]:
     """(clusters still waiting for a successful poll, other problems). `state_owed`: the last save of the alert
     state failed, so what is decided lives only in memory until the disk takes it again."""
+    clusters = list(clusters)  # read twice below
     waiting = [rt.name for rt in clusters if rt.last_success is None]
     problems = worker_problems(workers)
     problems += [f"notifier {name!r}: saving the state keeps failing" for name in streaks.failing(workers)]
     if state_owed:
         problems.append("saving the alert state failed (disk full or read-only?); alerting goes on from memory")
+    now = time.monotonic()
+    for rt in clusters:
+        hung = rt.history_write_hung_s(now)
+        if hung is not None:
+            problems.append(f"cluster {rt.name!r}: saving its history has not finished for {hung:.0f} s (a hung disk?)")
     return waiting, problems
