@@ -383,8 +383,9 @@ class Daemon:
         for runtime in self.clusters.values():
             if runtime.offsets_reader is not None:
                 runtime.offsets_reader.stop(timeout=max(0.5, deadline - time.monotonic()))
+        saves_until = time.monotonic() + HISTORY_STOP_WAIT_S  # one deadline for all clusters' last saves
         for runtime in self.clusters.values():
-            self.save_history(runtime, wait_s=HISTORY_STOP_WAIT_S)
+            self.save_history(runtime, wait_s=max(0.0, saves_until - time.monotonic()))
             runtime.poller.close()
         self.history_writer.shutdown(wait=False)
         self.save_alerts()

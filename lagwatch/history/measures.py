@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -147,15 +147,3 @@ def measure_group(
         eta_s=eta,
         by_topic={topic: tuple(rows) for topic, rows in by_topic.items()},
     )
-
-
-def _by_topic(measures: list[PartitionMeasure]) -> dict[str, tuple[PartitionMeasure, ...]]:
-    grouped: dict[str, list[PartitionMeasure]] = {}
-    for m in measures:
-        grouped.setdefault(m.partition.topic, []).append(m)
-    return {topic: tuple(rows) for topic, rows in grouped.items()}
-
-
-def _sum_or_none(values: Iterable[float | None]) -> float | None:
-    items = [v for v in values if v is not None]
-    return sum(items) if items else None

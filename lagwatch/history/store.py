@@ -77,10 +77,6 @@ class PartitionProgress:
     last_commit_change: Clock | None = None
 
     @property
-    def sampled(self) -> bool:
-        return bool(self.committed.values)
-
-    @property
     def last_committed(self) -> int | None:
         """The committed offset at the newest sample (None: no sample, or none committed then)."""
         raw = self.committed.last
@@ -381,7 +377,7 @@ class ClusterHistory:
                 progress = partitions[tp] = PartitionProgress()
             ring = progress.committed
             if offset is not None:
-                previous = ring.values[-1] if ring.values else NOT_SAMPLED
+                previous = ring.last
                 if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:

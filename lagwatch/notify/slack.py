@@ -15,9 +15,11 @@ scope (`groups:history` for private channels); without them lagwatch posts again
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from slack_sdk import WebClient
@@ -75,31 +77,30 @@ class SlackNotifier:
                 return channels[labels[label]]
         return cfg.default_channel
 
-    def _pace(self, channel: str) -> None:
-        # chat.postMessage allows about one message per second per channel: wait here, on the notifier thread.
+    @contextlib.contextmanager
+    def _paced(self, channel: str) -> Iterator[None]:
+        """About one call per second per channel (chat.postMessage's limit), waited for here on the notifier thread,
+        and counted from the end of the previous call: counted from its start, two calls could reach Slack less than
+        a second apart (the first slow on the way), and a 429's Retry-After sleep stops every channel: 163 of them
+        in 300 s at 10,000 queued (bench/notify_drain_bench.py)."""
         with self._lock:
             wait = self._last_post.get(channel, 0.0) + PACE_S - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            self._last_post[channel] = time.monotonic()
-
-    def _paced(self, channel: str) -> None:
-        """The call to `channel` has ended: the next waits a second from now. Counted from the start of the call,
-        two calls could reach Slack less than a second apart (the first one slow on the way), and a 429's
-        Retry-After sleep stops every channel: 163 of them in 300 s at 10,000 queued (bench/notify_drain_bench.py)."""
-        with self._lock:
-            self._last_post[channel] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._last_post[channel] = time.monotonic()
 
     def _call(self, method: str, channel: str, **kwargs: Any) -> Any:
-        self._pace(channel)
         try:
-            return getattr(self.client, method)(channel=channel, **kwargs)
+            with self._paced(channel):
+                return getattr(self.client, method)(channel=channel, **kwargs)
         except SlackApiError as e:
             raise _api_error(method, e) from None
         except Exception as e:  # connection errors and timeouts after slack-sdk's own retries
             raise RetryableError(f"slack {method}: {type(e).__name__}: {e}") from None
-        finally:
-            self._paced(channel)
 
     def _post(self, n: Notification, key: str, channel: str, maybe_sent: bool, **message: Any) -> dict[str, Any]:
         """chat.postMessage, at most once per key: a post that may already have happened is looked for first."""
@@ -124,10 +125,10 @@ class SlackNotifier:
 
     def _find_posted(self, channel: str, key: str, since: float) -> dict[str, Any] | None:
         try:
-            self._pace(channel)
-            page = self.client.conversations_history(
-                channel=channel, oldest=f"{since - 5:.6f}", include_all_metadata=True, limit=200
-            )
+            with self._paced(channel):
+                page = self.client.conversations_history(
+                    channel=channel, oldest=f"{since - 5:.6f}", include_all_metadata=True, limit=200
+                )
         except Exception as e:  # no scope, a channel name Slack does not resolve here, Slack down: post again
             if not self._lookup_warned:
                 self._lookup_warned = True

@@ -44,9 +44,6 @@ def _gzip_writer() -> zlib._Compress:
     return zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
 
 
-EMPTY = RenderedMetrics((c := _gzip_writer()).compress(b"") + c.flush(zlib.Z_SYNC_FLUSH), c)
-
-
 class _Family:
     __slots__ = ("doc", "kind", "labels", "lines", "name")
 
@@ -112,6 +109,9 @@ class _Families:
             f.lines = []
         chunks.append(compressor.flush(zlib.Z_SYNC_FLUSH))
         return RenderedMetrics(b"".join(chunks), compressor)
+
+
+EMPTY = _Families().gzip()  # before the first poll: no series yet
 
 
 def _number(value: float) -> str:
