@@ -115,13 +115,19 @@ class GcPauses:
             self.seconds[info["generation"]] += time.perf_counter() - self.started
 
 
-def kafka_poller(bootstrap: str, groups: int, partitions: int) -> Any:
+def kafka_poller(bootstrap: str, groups: int, partitions: int, create: bool = True) -> Any:
     """G groups on a real broker (poll_bench's groups: committed at 0, 20 groups a topic), then records on every
-    partition so that every group lags: the poll is the daemon's own ClusterPoller."""
+    partition so that every group lags: the poll is the daemon's own ClusterPoller. `create=False`: an earlier run
+    created them on this broker."""
     from kafka import KafkaProducer
     from poll_bench import GROUPS_PER_TOPIC as PER_TOPIC
     from poll_bench import create_groups
 
+    from lagwatch.collect import ClusterPoller
+
+    poller = SpacedPolls(ClusterPoller("bench", ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False)))
+    if not create:
+        return poller
     create_groups(bootstrap, "d", groups, partitions)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=65536)
     topics = (groups + PER_TOPIC - 1) // PER_TOPIC
@@ -133,9 +139,7 @@ def kafka_poller(bootstrap: str, groups: int, partitions: int) -> Any:
             say(f"  records on {t + 1}/{topics} topics")
     producer.flush()
     producer.close()
-    from lagwatch.collect import ClusterPoller
-
-    return SpacedPolls(ClusterPoller("bench", ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False)))
+    return poller
 
 
 class SpacedPolls:
@@ -154,7 +158,9 @@ class SpacedPolls:
         self.poller.close()
 
 
-def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool, bootstrap: str | None) -> None:
+def run(
+    groups: int, partitions: int, steps: int, warm: int, default_gc: bool, bootstrap: str | None, create: bool = True
+) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
         settings = load_settings(
@@ -167,7 +173,7 @@ def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool, b
         poller = (
             SyntheticPoller(groups, partitions, interval)
             if bootstrap is None
-            else kafka_poller(bootstrap, groups, partitions)
+            else kafka_poller(bootstrap, groups, partitions, create)
         )
         cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
         daemon = Daemon(
@@ -193,7 +199,13 @@ def run(groups: int, partitions: int, steps: int, warm: int, default_gc: bool, b
         timed(daemon, "_write_history", phases)  # the history writer's: compressing and writing
         timed(daemon, "render_metrics", phases)
         totals, gc_per_step, cpu = [], [], []
+        runtime = daemon.clusters["bench"]
         for i in range(steps):
+            # A daemon polls every 30 s: the last history write (0.3 s on its own thread) is long done by the next
+            # poll. Back to back, it would still be compressing while this step runs, and this step's save would
+            # be put off: wait for it, outside the timed step.
+            if runtime.history_write is not None:
+                runtime.history_write.result()
             t0, gc0, c0 = time.perf_counter(), sum(pauses.seconds), time.thread_time()
             daemon.poll_cluster("bench")
             totals.append(time.perf_counter() - t0)
@@ -233,7 +245,15 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=70, help="polls folded into the history before the steps")
     parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds, not lagwatch run's")
     parser.add_argument("--kafka", action="store_true", help="a real local Kafka and the daemon's own poller")
+    parser.add_argument(
+        "--bootstrap", help="with --kafka: a running Kafka on which an earlier run created the groups (no new broker)"
+    )
     args = parser.parse_args()
+    if args.kafka and args.bootstrap:
+        for size in args.sizes.split(","):
+            g, p = (int(x) for x in size.split("x"))
+            run(g, p, args.steps, args.warm, args.default_gc, args.bootstrap, create=False)
+        return
     if args.kafka:
         from lagwatch.devbroker import LocalBroker
 

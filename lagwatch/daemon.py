@@ -27,7 +27,7 @@ from lagwatch.alerts import AlertBook, Receiver
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
-from lagwatch.history import ClusterHistory, HistoryCapture, compact_records
+from lagwatch.history import ClusterHistory, HistoryCapture, compact_records, polls_to_keep
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
@@ -166,6 +166,7 @@ class Daemon:
             history = ClusterHistory(name)
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
+        history.keep = polls_to_keep(self.settings.rules.longest_window_s(), config.poll_interval_s)
         return history
 
     def save_history(self, runtime: ClusterRuntime, wait_s: float | None = None) -> None:

@@ -239,6 +239,32 @@ def _windows(h: ClusterHistory, ref: _Reference, now: float) -> None:
             assert got == ref.window(tp, since), (tp, back)
             rate = h.consumption_rate(progress, since) if progress else None
             assert rate == ref.consumption_rate(tp, since), (tp, back)
+            aligned = h.aligned_window(progress, tp, h.window_start(since)) if progress else None
+            if aligned is not None:  # exactly the window, every sample with both values, and covering `since`
+                window = ref.window(tp, since)
+                assert list(zip(*aligned, strict=True)) == [(c, e) for _, c, e in window], (tp, back)
+                assert len(window) >= 2 and window[0][0] <= since
+
+
+def test_aligned_windows_are_the_common_case() -> None:
+    """Every poll read the group and both log ends: the aligned window is there (the property above is not
+    vacuous), and a gap or a missing log end in the window sends the rules back to `window()`."""
+    steady = [("ok", {TP: 5, _TP2: 7}, False, False, 30)] * 30
+    h, ref, now = _replay(steady)
+    track = h.groups["g"]
+    for tp in (TP, _TP2):
+        committed, ends = h.aligned_window(track.partitions[tp], tp, h.window_start(now - 300))  # type: ignore[misc]
+        assert len(committed) == 11 and set(committed) == {5 if tp == TP else 7} and list(ends) == list(range(119, 130))
+    _windows(h, ref, now)
+    gap = [*steady[:20], ("unreadable", {}, False, False, 30), *steady[:9]]
+    h, ref, now = _replay(gap)
+    assert h.aligned_window(h.groups["g"].partitions[TP], TP, h.window_start(now - 300)) is None
+    assert h.aligned_window(h.groups["g"].partitions[TP], TP, h.window_start(now - 200)) is not None
+    no_end = [*steady[:25], ("ok", {TP: 5, _TP2: 7}, False, True, 30), *steady[:4]]
+    h, ref, now = _replay(no_end)
+    assert h.aligned_window(h.groups["g"].partitions[TP], TP, h.window_start(now - 300)) is None
+    assert h.aligned_window(h.groups["g"].partitions[_TP2], _TP2, h.window_start(now - 300)) is not None
+    _windows(h, ref, now)
 
 
 @given(st.lists(_POLL, min_size=1, max_size=90))
@@ -309,3 +335,18 @@ def test_thinning_drops_the_point_with_the_shortest_span_first(steps: list[tuple
             best = min(range(1, len(times) - 1), key=lambda i: times[i + 1] - times[i - 1])
             del times[best], ends[best]
     assert (list(tl.times), list(tl.ends)) == (times, ends)
+
+
+def test_rings_shrink_to_a_smaller_keep_at_the_next_poll() -> None:
+    """A history saved under longer windows (64 polls) and loaded by a daemon that needs 22: the next poll cuts
+    every ring to 22, and the windows within them are unchanged."""
+    steady = [("ok", {TP: 5, _TP2: 7}, False, False, 30)] * 70
+    h, _, now = _replay(steady)
+    before = [(s.t, s.committed, s.log_end) for s in h.window(h.groups["g"].partitions[TP], TP, now - 300)]
+    h.keep = 22
+    h.observe(snapshot(now + 30, [group("g", committed={TP: 5, _TP2: 7})], {TP: 170, _TP2: 170}))
+    assert len(h.poll_times) == 22 and h.poll_times[-1] == now + 30
+    rings = [p.committed for p in h.groups["g"].partitions.values()] + list(h.log_ends.values())
+    assert all(len(r.values) == 22 and r.first == h.poll_times_first for r in rings)
+    after = [(s.t, s.committed, s.log_end) for s in h.window(h.groups["g"].partitions[TP], TP, now - 300)]
+    assert after[:-1] == before and after[-1] == (now + 30, 5, 170)

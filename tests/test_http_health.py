@@ -239,3 +239,14 @@ def test_a_history_save_that_hangs_is_said_in_readyz_and_the_log_once_and_polls_
     finally:
         disk.set()
         daemon.stop()
+
+
+def test_the_daemon_sizes_its_history_to_its_rules(tmp_path: Path) -> None:
+    """Each cluster's history keeps the polls its longest window needs at that cluster's poll interval."""
+    from lagwatch.history import polls_to_keep
+
+    daemon = make_daemon(tmp_path, rules={"falling_behind": {"window_s": 900}})
+    try:
+        assert daemon.clusters["c"].history.keep == polls_to_keep(900, 1) == 902
+    finally:
+        daemon.stop()

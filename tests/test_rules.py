@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from lagwatch.history import ClusterHistory
 from lagwatch.model import GroupKind, TopicPartition
 from tests.synthetic import TP, Pipeline, group, snapshot
 
@@ -257,3 +258,121 @@ def test_overrides_by_group_regex_set_thresholds_and_routing_labels() -> None:
     evaluation = p.step(snapshot(0, [group("pay-1", committed={TP: 0}), group("other", committed={TP: 0})], {TP: 50}))
     (finding,) = evaluation.findings
     assert finding.group == "pay-1" and finding.labels["team"] == "payments"
+
+
+class _GeneralPathOnly(ClusterHistory):
+    """A history that never offers an aligned window: the window rules take the Sample path every time."""
+
+    def aligned_window(self, *args: object) -> None:  # type: ignore[override]
+        return None
+
+
+_WINDOW_POLL = st.tuples(
+    st.sampled_from(["ok"] * 8 + ["unreadable", "failed"]),
+    st.lists(st.sampled_from([0, 0, 1, 2, "end"]), min_size=3, max_size=3),  # committed offsets advance by
+    st.one_of(st.just([0, 0, 0]), st.lists(st.sampled_from([0, 1, 3]), min_size=3, max_size=3)),  # log ends, by
+    st.sampled_from([False] * 5 + [True]),  # TP1's log end missing from the poll
+    st.sampled_from([30] * 6 + [45, 200]),  # seconds since the previous poll (200: past max_gap_s)
+)
+
+
+_BUSY, _QUIET = ("ok", [0, 0, 0], [3, 3, 3], False, 30), ("ok", [0, 0, 0], [0, 0, 0], False, 30)
+
+
+@given(st.lists(_WINDOW_POLL, min_size=2, max_size=40), st.sampled_from([0, 1, 2, 3, 3]))
+@example([_BUSY] * 3 + [_QUIET] * 8, 3)  # records, then none: lag no longer grows, the group is not stopped
+@example([_BUSY] * 3 + [("ok", [1, 0, 0], [3, 3, 3], False, 30)] * 8, 1)  # one partition commits: not stopped
+@settings(max_examples=300, deadline=None)
+def test_window_rules_decide_the_same_from_aligned_windows(polls: list, stuck: int) -> None:  # type: ignore[type-arg]
+    """stalled and stopped answer from array slices when every poll of a window sampled both values, and from
+    Sample windows otherwise: the findings and held alerts are the same as from Sample windows alone, through
+    commits, idle partitions, missing log ends, unreadable groups, failed polls and blind spells."""
+    rules = {
+        "stopped": {"window_s": 120, "for_s": 0},
+        "stalled": {"window_s": 90, "for_s": 0},
+        "falling_behind": {"enabled": False},
+        "expiry": {"enabled": False},
+        "lag": {"enabled": False},
+    }
+    fast, general = Pipeline(rules), Pipeline(rules)
+    general.history = general.pipeline.history = _GeneralPathOnly("c", max_gap_s=90.0)
+    tps = (TP, TP1, AUDIT)
+    committed, ends, t = dict.fromkeys(tps, 10), dict.fromkeys(tps, 10), 0.0
+    for kind, commits, produced, no_end, step in polls:
+        t += step
+        for i, tp in enumerate(tps):
+            ends[tp] += produced[i]
+            if i >= stuck:  # the first `stuck` partitions never commit again
+                commit = commits[i]
+                committed[tp] = ends[tp] if commit == "end" else min(ends[tp], committed[tp] + commit)
+        poll_ends = {tp: e for tp, e in ends.items() if not (no_end and tp == TP1)}
+        groups = [
+            group("simple", dict(committed), state="Empty", kind=GroupKind.SIMPLE, members=0),
+            group("members", dict(committed), subscribed=("orders", "audit")),
+        ]
+        if kind == "unreadable":
+            groups[0] = replace(groups[0], error="coordinator not available")
+        snap = snapshot(t, groups, poll_ends, error="down" if kind == "failed" else None)
+        a, b = fast.step(snap), general.step(snap)
+        assert [(f.key, f.severity, f.summary) for f in a.findings] == [
+            (f.key, f.severity, f.summary) for f in b.findings
+        ]
+        assert a.held == b.held
+
+
+def test_a_stopped_simple_group_is_found_through_aligned_windows() -> None:
+    """The common case takes the aligned path (the property above is not vacuous): a simple group that stopped
+    committing while records kept coming is `stopped`, read from array slices alone."""
+    answers: list[bool] = []
+
+    class Counting(ClusterHistory):
+        def aligned_window(self, *args: object):  # type: ignore[no-untyped-def]
+            got = super().aligned_window(*args)  # type: ignore[arg-type]
+            answers.append(got is not None)
+            return got
+
+        def window(self, *args: object):  # type: ignore[no-untyped-def]
+            raise AssertionError("the Sample path was taken")
+
+    p = Pipeline({"stopped": {"window_s": 120, "for_s": 0}, "expiry": {"enabled": False}})
+    p.history = p.pipeline.history = Counting("c", max_gap_s=90.0)
+    for i in range(12):
+        evaluation = p.step(
+            snapshot(
+                i * 30,
+                [group("s", {TP: 5, TP1: 7}, state="Empty", kind=GroupKind.SIMPLE, members=0)],
+                {TP: 10 + i, TP1: 9 + i},
+            )
+        )
+    assert "stopped" in rules_of(evaluation) and answers and all(answers[-2:])
+
+
+def test_the_history_keeps_the_polls_of_the_longest_window() -> None:
+    """The rings are sized to the longest window any rule reads, overrides included, at the poll interval."""
+    from lagwatch.history import polls_to_keep
+    from lagwatch.rules import RulesConfig
+
+    default = RulesConfig()
+    assert default.longest_window_s() == 600  # falling_behind and the rate window
+    assert polls_to_keep(default.longest_window_s(), 30) == 22  # a third of the 64 kept before: 8 bytes a poll each
+    long = RulesConfig.model_validate(
+        {"overrides": [{"match": {"group": "batch-.*"}, "rules": {"stalled": {"window_s": 2400}}}]}
+    )
+    assert long.longest_window_s() == 2400 and polls_to_keep(2400, 30) == 82
+    assert polls_to_keep(10, 30) == 8  # never fewer than a few polls
+
+
+def test_a_window_longer_than_64_polls_is_judged() -> None:
+    """A stalled window of 40 minutes at 30 s polls reads 81 polls. With the 64 polls every history used to keep,
+    the window was never covered and the rule never fired, silently; sized to the rules, it fires."""
+    from lagwatch.history import polls_to_keep
+
+    rules = {"stalled": {"window_s": 2400, "for_s": 0}, "expiry": {"enabled": False}, "lag": {"enabled": False}}
+    fired = {}
+    for keep in (64, polls_to_keep(2400, 30)):
+        p = Pipeline(rules)
+        p.history.keep = keep
+        for i in range(100):  # a member holds the partition, commits nothing, records keep coming
+            evaluation = p.step(snapshot(i * 30, [group(committed={TP: 5})], {TP: 10 + i}))
+        fired[keep] = "stalled" in rules_of(evaluation)
+    assert fired == {64: False, 82: True}

@@ -22,6 +22,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.record import MemoryRecords
 
 from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest
+from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request
 from lagwatch.model import CommittedOffset, Member, TopicPartition
 
 T = TypeVar("T")
@@ -186,7 +187,7 @@ class Wire:
     def _offset_fetch_requests(self, group_ids: list[str]) -> Iterable[tuple[list[str], Any]]:
         if self.api_version(OffsetFetchRequest) >= 8:
             groups = [OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in group_ids]
-            yield group_ids, OffsetFetchRequest(groups=groups, min_version=8, max_version=8)
+            yield group_ids, OffsetFetchV8Request(groups=groups, min_version=8, max_version=8)
         else:
             for g in group_ids:
                 yield [g], OffsetFetchRequest(group_id=g, topics=None, min_version=2, max_version=7)
@@ -418,6 +419,9 @@ def _offset_fetch_handler(group_ids: list[str], answers: GroupAnswers) -> Callab
             for g in group_ids:
                 answers.errors.setdefault(g, response)
             return
+        if isinstance(response, OffsetFetchAnswer):  # v8, decoded by lagwatch straight into its records
+            _take_decoded(response, answers)
+            return
         top_error = Errors.for_code(getattr(response, "error_code", 0))
         if response.API_VERSION >= 8:
             groups = [(g.group_id, g.error_code, g.topics) for g in response.groups]
@@ -444,6 +448,15 @@ def _offset_fetch_handler(group_ids: list[str], answers: GroupAnswers) -> Callab
             answers.committed[group_id] = committed
 
     return handle
+
+
+def _take_decoded(response: OffsetFetchAnswer, answers: GroupAnswers) -> None:
+    for group_id, error_code, committed in response.groups:
+        error = Errors.for_code(error_code)
+        if error is Errors.NoError:
+            answers.committed[group_id] = committed
+        else:
+            answers.errors.setdefault(group_id, error())
 
 
 def error_text(error: BaseException) -> str:

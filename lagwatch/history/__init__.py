@@ -13,6 +13,7 @@ from lagwatch.history.store import (
     Sample,
     Vanished,
     compact_records,
+    polls_to_keep,
 )
 from lagwatch.history.timeline import LogEndTimeline
 
@@ -31,4 +32,5 @@ __all__ = [
     "compact_records",
     "lag_seconds",
     "measure_group",
+    "polls_to_keep",
 ]

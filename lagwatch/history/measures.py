@@ -87,7 +87,7 @@ def measure_group(
     now: float,
     rate_since: float,
     record_times: Mapping[tuple[TopicPartition, int], float] | None = None,
-    production_rates: dict[tuple[TopicPartition, float], float | None] | None = None,
+    production_rates: dict[float, dict[TopicPartition, float | None]] | None = None,
 ) -> GroupMeasure:
     """Rates are measured from `rate_since` (the rate window, cut short where observation was interrupted)."""
     since = rate_since
@@ -95,29 +95,40 @@ def measure_group(
     track = history.groups.get(lag.group.group_id)
     progresses = track.partitions if track is not None else {}
     consumption_rate = history.consumption_rate
-    # Every group on a partition asks for the same rate: computed once per evaluation (and window start).
-    rates = production_rates if production_rates is not None else {}
+    start = history.window_start(since)  # once per group: every partition's rate starts at the same poll
+    # Every group on a partition asks for the same rate: computed once per evaluation and window start.
+    all_rates = production_rates if production_rates is not None else {}
+    rates = all_rates.get(since)
+    if rates is None:
+        rates = all_rates[since] = {}
     measures = []
     by_topic: dict[str, list[PartitionMeasure]] = {}
     max_seconds: float | None = None
     estimated = False
     production: float | None = None  # sums over the committed partitions with a rate: None when none has one
     consumption: float | None = None
-    for p in lag.partitions:  # the figures below are summed in this one pass: it runs per group-partition
-        tp = TopicPartition(p.topic, p.partition)
+    tps = lag.tps or tuple(TopicPartition(p.topic, p.partition) for p in lag.partitions)
+    for tp, p in zip(
+        tps, lag.partitions, strict=True
+    ):  # the figures are summed in this one pass: it runs per group-partition
         timeline = timelines.get(tp)
         committed = p.committed
-        written_at = record_times.get((tp, committed)) if record_times and committed is not None else None
         production_rate = None
         if timeline is not None:
-            rate_key = (tp, since)
-            if rate_key in rates:
-                production_rate = rates[rate_key]
+            if tp in rates:
+                production_rate = rates[tp]
             else:
-                production_rate = rates[rate_key] = timeline.rate(since)
+                production_rate = rates[tp] = timeline.rate(since)
         progress = progresses.get(tp)
-        lag_time = lag_seconds(timeline, committed, p.log_end, now, written_at)
-        consumed = consumption_rate(progress, since) if progress is not None else None
+        log_end = p.log_end
+        if committed is None or log_end is None:
+            lag_time = UNKNOWN
+        elif committed >= log_end:
+            lag_time = CAUGHT_UP  # the common answers without a call (this runs for every group-partition)
+        else:
+            written_at = record_times.get((tp, committed)) if record_times else None
+            lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
+        consumed = consumption_rate(progress, since, start) if progress is not None else None
         m = PartitionMeasure(p, lag_time, production_rate, consumed)
         measures.append(m)
         rows = by_topic.get(p.topic)

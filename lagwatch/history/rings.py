@@ -32,9 +32,10 @@ class PollRing:
         end = self.first + len(values)
         if poll == end and values:  # the next poll, as at almost every call: append, drop the oldest when full
             values.append(NO_VALUE if value is None else value)
-            if len(values) > keep:
-                del values[0]
-                self.first += 1
+            excess = len(values) - keep
+            if excess > 0:  # one, or more when `keep` shrank (a history saved under longer windows)
+                del values[:excess]
+                self.first += excess
             return
         keep_from = poll - keep + 1
         if not values or end < keep_from or poll < end:

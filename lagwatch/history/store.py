@@ -15,6 +15,7 @@ Pure: every method takes `now` (or a snapshot carrying its time) and does no I/O
 from __future__ import annotations
 
 import base64
+import math
 import zlib
 from array import array
 from bisect import bisect_right
@@ -36,8 +37,16 @@ from lagwatch.offsets_topic import (
 
 HISTORY_SCHEMA_VERSION = 3  # 3: samples as per-poll rings (poll times per cluster, log ends per partition)
 _NO_ENDS: array[int] = array("q")
-MAX_SAMPLES = 64  # polls of samples kept: windows of half an hour at 30 s polls, 10 minutes at 10 s
+MAX_SAMPLES = 64  # polls of samples kept unless the daemon sizes them to its rules (polls_to_keep)
+MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
+
+
+def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
+    """How many polls the rings must keep for the longest window a rule reads (its start is the last poll at or
+    before it, plus one spare for a poll that came late). Fewer polls than that, and a window is never covered:
+    its rule would never judge; more, and each group-partition holds 8 bytes a poll for nothing."""
+    return max(MIN_SAMPLES, math.ceil(longest_window_s / poll_interval_s) + 2)
 
 
 class Sample(NamedTuple):
@@ -191,6 +200,7 @@ class ClusterHistory:
     polls: int = 0
     # A longer gap between two good polls is a blind spell (lagwatch was down, or polls were skipped).
     max_gap_s: float = float("inf")
+    keep: int = MAX_SAMPLES  # polls kept in the rings (the daemon sizes it to its rules: polls_to_keep)
     evidence_since: float | None = None
     blind: bool = False  # a poll failed since the last good one
     exact: ExactClocks = field(default_factory=ExactClocks)
@@ -222,15 +232,46 @@ class ClusterHistory:
         out.reverse()
         return out
 
-    def consumption_rate(self, progress: PartitionProgress, since: float) -> float | None:
+    def window_start(self, since: float) -> int | None:
+        """The poll number of the last poll at or before `since` (None: no poll kept is that old)."""
+        index = bisect_right(self.poll_times, since) - 1
+        return None if index < 0 else self.poll_times_first + index
+
+    def aligned_window(
+        self, progress: PartitionProgress, tp: TopicPartition, start: int | None
+    ) -> tuple[array[int], array[int]] | None:
+        """`window(progress, tp, since)` as two arrays (committed offsets, log ends), for the common case in which
+        every poll from `start` (window_start(since)) to the newest sampled both values: then they are exactly
+        that window's samples, none missing. None in every other case (a gap, a missing value, too little
+        history): the caller takes `window()`. The window rules ask this for every group-partition at every poll;
+        two array slices cost a tenth of the Sample objects."""
+        newest = self.poll_times_first + len(self.poll_times) - 1
+        if start is None or start >= newest:
+            return None
+        ring = progress.committed
+        values, first = ring.values, ring.first
+        if first > start or first + len(values) - 1 != newest:
+            return None
+        ends = self.log_ends.get(tp)
+        if ends is None or ends.first > start or ends.first + len(ends.values) - 1 != newest:
+            return None
+        committed = values[start - first :]
+        log_ends = ends.values[start - ends.first :]
+        if min(committed) <= NO_VALUE or min(log_ends) <= NO_VALUE:  # the sentinels are below every offset
+            return None
+        return committed, log_ends
+
+    def consumption_rate(self, progress: PartitionProgress, since: float, start: int | None = None) -> float | None:
         """Committed records/s from the last sample at or before `since` to the newest (samples without a commit
-        skipped). Builds no list (this runs for every group-partition at every poll)."""
+        skipped). Builds no list (this runs for every group-partition at every poll). `start`: window_start(since),
+        when the caller has it (a group's partitions share it)."""
         times, t0 = self.poll_times, self.poll_times_first
         ring = progress.committed
         values, first = ring.values, ring.first
         # Mostly the newest sample and the one at `since` both hold a commit: then they are the answer, and the
         # walk below (a step per poll of the window, 20 at 30 s polls and 10 minutes) is not needed.
-        start = t0 + bisect_right(times, since) - 1  # the poll at or before `since`
+        if start is None:
+            start = t0 + bisect_right(times, since) - 1  # the poll at or before `since` (t0 - 1: none)
         if values and start >= t0 and start >= first:
             newest = first + len(values) - 1
             if newest >= t0 and start < newest:
@@ -274,15 +315,17 @@ class ClusterHistory:
             self.evidence_since = now
         self.blind = False
         self.poll_times.append(now)
-        if len(self.poll_times) > MAX_SAMPLES:
-            del self.poll_times[0]
-            self.poll_times_first += 1
+        keep = self.keep
+        excess = len(self.poll_times) - keep
+        if excess > 0:
+            del self.poll_times[:excess]
+            self.poll_times_first += excess
         poll = self.poll_times_first + len(self.poll_times) - 1
         for tp, offsets in snapshot.partitions.items():
             ends = self.log_ends.get(tp)
             if ends is None:
                 ends = self.log_ends[tp] = PollRing()
-            ends.put(poll, offsets.log_end, MAX_SAMPLES)
+            ends.put(poll, offsets.log_end, keep)
             if offsets.log_end is not None:
                 timeline = self.timelines.get(tp)
                 if timeline is None:
@@ -384,7 +427,7 @@ class ClusterHistory:
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
-            ring.put(poll, offset, MAX_SAMPLES)
+            ring.put(poll, offset, self.keep)
         gone_offsets = {tp: o for tp, o in dropped if o is not None}
         if gone_offsets:
             track.vanished = Vanished(

@@ -47,6 +47,7 @@ class GroupLag:
     group: GroupSnapshot
     partitions: tuple[PartitionLag, ...]
     topics: tuple[TopicLag, ...] = field(default=())
+    tps: tuple[TopicPartition, ...] = field(default=())  # each row's TopicPartition, in the same order (or empty)
 
     @property
     def sum_lag(self) -> int:
@@ -85,7 +86,8 @@ def group_lag(
     committed_offsets = group.committed
     rows: list[PartitionLag] = []
     by_topic: dict[str, tuple[list[int], list[PartitionLag]]] = {}  # topic -> (known lags, rows)
-    for tp in sorted({*committed_offsets, *members} if members else committed_offsets):
+    ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
+    for tp in ordered:
         committed = committed_offsets.get(tp)
         offset = committed.offset if committed is not None else None
         offsets = partitions.get(tp)
@@ -113,4 +115,4 @@ def group_lag(
         TopicLag(topic=t, sum_lag=sum(lags), max_lag=max(lags, default=0), partitions=len(topic_rows))
         for t, (lags, topic_rows) in sorted(by_topic.items())
     )
-    return GroupLag(group=group, partitions=tuple(rows), topics=topics)
+    return GroupLag(group=group, partitions=tuple(rows), topics=topics, tps=tuple(ordered))

@@ -87,13 +87,18 @@ class Replayer:
                  params: ClusterParams) -> None:  # fmt: skip
         from lagwatch.alerts import AlertBook, AlertsConfig
         from lagwatch.alerts.transitions import TransitionTracker
-        from lagwatch.history import ClusterHistory
+        from lagwatch.history import ClusterHistory, polls_to_keep
+        from lagwatch.history.store import MAX_SAMPLES
         from lagwatch.rules import RuleResolver, RulesConfig
         from lagwatch.step import ClusterPipeline
 
         self.book = AlertBook(AlertsConfig.model_validate(alerts))
         self.book.load_config_silences()
         history = ClusterHistory(cluster, max_gap_s=params.max_gap_s)
+        # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
+        # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
+        longest = RulesConfig.model_validate(rules).longest_window_s()
+        history.keep = max(MAX_SAMPLES, polls_to_keep(longest, max(1.0, params.max_gap_s / 4)))
         self.pipeline = ClusterPipeline(
             cluster, history, RuleResolver(RulesConfig.model_validate(rules)), self.book, params.read_committed
         )

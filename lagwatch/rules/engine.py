@@ -56,7 +56,7 @@ def evaluate(
 
     findings = []
     held: set[str] = set()
-    production_rates: dict[tuple[TopicPartition, float], float | None] = {}
+    production_rates: dict[float, dict[TopicPartition, float | None]] = {}  # rate window start -> partition -> rate
     frozen: set[str] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}

@@ -36,6 +36,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
     if not _has_members(ctx) or ctx.track is None:
         return
     by_topic: dict[str, list[int]] = {}
+    history = ctx.history
     for tp, progress in ctx.track.partitions.items():
         rules, _ = ctx.rules(tp.topic)
         if not rules.stalled.enabled:
@@ -44,7 +45,14 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stalled", tp.topic)
             continue
-        samples = ctx.history.window(progress, tp, ctx.now - window)
+        aligned = history.aligned_window(progress, tp, history.window_start(ctx.now - window))
+        if aligned is not None:  # the common case, without Sample objects: same answer as below
+            committed_offsets, log_ends = aligned
+            offset = committed_offsets[0]
+            if min(committed_offsets) == max(committed_offsets) and min(log_ends) > offset:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            continue
+        samples = history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
             continue
         committed = {s.committed for s in samples}
@@ -135,11 +143,36 @@ def _group_series(windows: list[list[Sample]]) -> list[tuple[float, int, int]] |
 
 
 def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
+    fast = _no_progress_while_lag_grows_aligned(ctx, window)
+    if fast is not None:
+        return fast
     windows = _windows(ctx, ctx.now - window)  # built once: the check below and the series read the same ones
     if windows is None or any(len({s.committed for s in samples}) > 1 for samples in windows):
         return False
     series = _group_series(windows)
     return series is not None and series[-1][1] > series[0][1]
+
+
+def _no_progress_while_lag_grows_aligned(ctx: GroupContext, window: float) -> bool | None:
+    """The answer of `_no_progress_while_lag_grows` from array slices when every partition's window is aligned
+    (every poll of it sampled both values; then all windows share the same polls and every partition counts in
+    the series); None when one is not, for the general path to decide. A partition that committed within its
+    window decides alone (False), as in the general path, whatever the others' windows are."""
+    assert ctx.track is not None
+    history = ctx.history
+    start = history.window_start(ctx.now - window)
+    first_lag = last_lag = 0
+    for tp, progress in ctx.track.partitions.items():
+        aligned = history.aligned_window(progress, tp, start)
+        if aligned is None:
+            return None
+        committed, log_ends = aligned
+        offset = committed[0]
+        if min(committed) != max(committed):
+            return False
+        first_lag += max(0, log_ends[0] - offset)
+        last_lag += max(0, log_ends[-1] - offset)
+    return last_lag > first_lag
 
 
 def falling_behind(ctx: GroupContext) -> Iterator[Finding]:

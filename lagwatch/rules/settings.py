@@ -143,6 +143,22 @@ class RulesConfig(RuleSet):
     def base(self) -> dict[str, Any]:
         return self.model_dump(exclude={"labels", "overrides"})
 
+    def longest_window_s(self) -> float:
+        """The longest stretch of per-poll history any rule reads, in the defaults or any override: the history
+        keeps enough polls for it."""
+        windows = [self.rate_window_s, *(float(getattr(self, rule).window_s) for rule in _SAMPLE_WINDOW_RULES)]
+        for override in self.overrides:
+            windows.append(float(override.rules.get("rate_window_s", 0)))
+            for rule in _SAMPLE_WINDOW_RULES:
+                raw = override.rules.get(rule)
+                if isinstance(raw, dict):
+                    windows.append(float(raw.get("window_s", 0)))
+        return max(windows)
+
+
+# The rules that read the per-poll samples over their window (rewind keeps its own record of each move).
+_SAMPLE_WINDOW_RULES = ("stalled", "stopped", "falling_behind")
+
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)

@@ -1,0 +1,123 @@
+"""lagwatch's own OffsetFetch v8 decoder against kafka-python's: the same committed offsets and errors for any
+answer kafka-python can encode; malformed answers are a ValueError (kafka-python's own decoding-error path)."""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.consumer import OffsetFetchResponse
+
+from lagwatch.collect.offset_fetch import OffsetFetchAnswer, _Decoder, decode
+from lagwatch.collect.wire import GroupAnswers, _offset_fetch_handler
+from lagwatch.model import CommittedOffset, TopicPartition
+
+Group = OffsetFetchResponse.OffsetFetchResponseGroup
+Topic = Group.OffsetFetchResponseTopics
+Partition = Topic.OffsetFetchResponsePartitions
+
+_names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
+_partition = st.builds(
+    lambda i, offset, epoch, metadata, error: Partition(
+        partition_index=i, committed_offset=offset, committed_leader_epoch=epoch, metadata=metadata, error_code=error
+    ),
+    st.integers(0, 2**31 - 1),
+    st.one_of(st.just(-1), st.integers(0, 2**63 - 1)),
+    st.one_of(st.just(-1), st.integers(0, 2**31 - 1)),
+    st.one_of(st.none(), st.just(""), _names, st.text(st.characters(codec="utf-8"), max_size=300)),
+    st.sampled_from([0, 0, 0, 3, 16]),
+)
+_topic = st.builds(lambda name, parts: Topic(name=name, partitions=parts), _names, st.lists(_partition, max_size=6))
+_group = st.builds(
+    lambda gid, topics, error: Group(group_id=gid, topics=topics, error_code=error),
+    _names,
+    st.lists(_topic, max_size=4),
+    st.sampled_from([0, 0, 0, 15, 16, 69]),
+)
+
+
+def _encode(groups: list[Any], throttle: int = 0) -> bytes:
+    response = OffsetFetchResponse(throttle_time_ms=throttle, groups=groups)
+    response._header = None
+    return bytes(response.encode(version=8))
+
+
+def _answers(response: Any, group_ids: list[str]) -> GroupAnswers:
+    answers = GroupAnswers()
+    _offset_fetch_handler(group_ids, answers)(response)
+    return answers
+
+
+@given(st.lists(_group, max_size=6, unique_by=lambda g: g.group_id), st.integers(0, 10_000))
+@settings(max_examples=300, deadline=None)
+def test_the_same_answers_as_kafka_python(groups: list[Any], throttle: int) -> None:
+    data = _encode(groups, throttle)
+    ids = [g.group_id for g in groups]
+    theirs = _answers(OffsetFetchResponse.decode(memoryview(data), version=8), ids)
+    ours = decode(data)
+    assert ours.throttle_time_ms == throttle
+    mine = _answers(ours, ids)
+    assert mine.committed == theirs.committed
+    assert {g: type(e) for g, e in mine.errors.items()} == {g: type(e) for g, e in theirs.errors.items()}
+
+
+def test_partitions_of_one_topic_are_shared_between_groups() -> None:
+    """Ten groups on a topic hold the same TopicPartition objects (fewer objects per poll and in the history)."""
+    parts = [
+        Partition(partition_index=i, committed_offset=i, committed_leader_epoch=3, metadata="", error_code=0)
+        for i in range(3)
+    ]
+    data = _encode(
+        [Group(group_id=f"g{n}", topics=[Topic(name="t", partitions=parts)], error_code=0) for n in range(10)]
+    )
+    groups = decode(data).groups
+    first = list(groups[0][2])
+    assert first == [TopicPartition("t", i) for i in range(3)]
+    assert all(a is b for _, _, committed in groups for a, b in zip(committed, first, strict=True))
+    assert groups[0][2][TopicPartition("t", 2)] == CommittedOffset(2, 3, "")
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while True:
+        if n < 0x80:
+            return out + bytes([n])
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+
+
+def _compact(s: str) -> bytes:
+    raw = s.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+def test_tagged_fields_are_skipped() -> None:
+    """Fields a newer broker may add as tagged fields, at every level, are stepped over."""
+    tags = _uvarint(2) + _uvarint(0) + _uvarint(3) + b"abc" + _uvarint(300) + _uvarint(1) + b"z"
+    partition = struct.pack(">iqi", 4, 1234, 7) + _compact("meta") + struct.pack(">h", 0) + tags
+    topic = _compact("orders") + _uvarint(2) + partition + tags
+    group = _compact("g") + _uvarint(2) + topic + struct.pack(">h", 0) + tags
+    data = struct.pack(">i", 0) + _uvarint(2) + group + tags
+    (only,) = decode(data).groups
+    assert only == ("g", 0, {TopicPartition("orders", 4): CommittedOffset(1234, 7, "meta")})
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, 20, 40])
+def test_a_truncated_answer_is_a_value_error(cut: int) -> None:
+    parts = [Partition(partition_index=0, committed_offset=5, committed_leader_epoch=-1, metadata="m", error_code=0)]
+    data = _encode([Group(group_id="group", topics=[Topic(name="topic", partitions=parts)], error_code=0)])
+    with pytest.raises(ValueError):
+        _Decoder.decode(io.BytesIO(data[: len(data) - cut]))
+    with pytest.raises(ValueError):
+        _Decoder.decode(io.BytesIO(data + b"\x00"))  # bytes left over
+    assert isinstance(_Decoder.decode(io.BytesIO(data)), OffsetFetchAnswer)
+
+
+def test_its_repr_is_short() -> None:
+    """kafka-python logs every response it receives at DEBUG: a count, not the offsets of 100k partitions."""
+    data = _encode([Group(group_id=f"g{n}", topics=[], error_code=0) for n in range(1000)])
+    assert repr(decode(data)) == "OffsetFetchAnswer(groups=1000)"
