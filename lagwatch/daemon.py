@@ -227,6 +227,10 @@ class Daemon:
         return sink
 
     def poll_cluster(self, name: str) -> None:
+        with gc_policy.paused():  # what a poll leaves is frozen after it: collections within it found nothing
+            self._poll_cluster(name)
+
+    def _poll_cluster(self, name: str) -> None:
         runtime = self.clusters[name]
         snapshot = runtime.poller.poll()
         with runtime.lock:

@@ -6,13 +6,21 @@ evaluation lives until the next poll, so its objects reach the oldest generation
 reference counting; cycles are rare (exception tracebacks, a few library objects). So: young collections every
 50,000 allocations instead of 700, no automatic full collection, and a full collection every FULL_EVERY_S on the
 daemon's own schedule, timed (`full_collection`).
+
+And none at all while a poll runs (`paused`): what a poll leaves alive is frozen right after it (`after_poll`),
+garbage cycles with it, so the young collections during a poll could only find cycles made and dropped within
+it. The bench found none (0 objects in the full collection after 8 polls at 100k group-partitions) while those
+collections took 0.08-0.2 s of each poll at 100k and 3.4 s at 1M.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("lagwatch.gc")
 
@@ -31,6 +39,30 @@ def configure() -> None:
     _configured = True
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, NEVER)
+
+
+_pauses = 0  # polls under way (clusters poll on threads of their own): collections resume when none is
+_pauses_lock = threading.Lock()
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """No automatic collection while a poll runs (only under `lagwatch run`'s policy); the collector comes back
+    when the last poll under way ends."""
+    global _pauses
+    if not _configured:
+        yield
+        return
+    with _pauses_lock:
+        _pauses += 1
+        gc.disable()
+    try:
+        yield
+    finally:
+        with _pauses_lock:
+            _pauses -= 1
+            if _pauses == 0:
+                gc.enable()
 
 
 def after_poll() -> None:

@@ -51,3 +51,36 @@ def test_without_the_policy_nothing_is_frozen() -> None:
     """Tests and library users (a Daemon without `lagwatch run`) keep CPython's own collector."""
     gc_policy.after_poll()
     assert gc.get_freeze_count() == 0
+
+
+def test_no_collection_while_polls_run_and_back_after_the_last(policy: None) -> None:
+    """Two clusters polling at once on their own threads: the collector stays off until both have ended; a full
+    collection (the scheduled one) still runs meanwhile."""
+    import threading
+
+    inside, release, done = threading.Barrier(3), threading.Event(), []
+
+    def poll(hold: float) -> None:
+        with gc_policy.paused():
+            inside.wait()
+            release.wait(hold)
+        done.append(gc.isenabled())
+
+    threads = [threading.Thread(target=poll, args=(h,)) for h in (0.0, 5.0)]
+    for t in threads:
+        t.start()
+    inside.wait()
+    assert not gc.isenabled()
+    threads[0].join()
+    assert done == [False] and not gc.isenabled()  # the first poll ended, the second still runs
+    cycle = _cycle()
+    gc_policy.full_collection()
+    assert cycle() is None
+    release.set()
+    threads[1].join()
+    assert done == [False, True] and gc.isenabled()
+
+
+def test_without_the_policy_polls_do_not_touch_the_collector() -> None:
+    with gc_policy.paused():
+        assert gc.isenabled()
