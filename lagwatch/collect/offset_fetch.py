@@ -3,8 +3,9 @@
 Why by hand: at 10,000 groups x 10 partitions the answer is 2.2 MB. kafka-python decodes it into an object per
 partition and lagwatch then built its own records from those: 0.29 s of CPU with the garbage collector off
 (about 0.5 s with it), on kafka-python's I/O thread, and in a poll twice that while the poll thread competes for
-the GIL. Reading the bytes straight into lagwatch's records takes 0.10 s (bench/offset_fetch_bench.py, which
-also checks that both decoders agree on a real broker's answer). The poll at that size went from about 1.05 s
+the GIL. Reading the bytes straight into lagwatch's records (with the reader of the `__consumer_offsets`
+decoder, and one unpack for the common partition) takes 0.10-0.11 s (bench/offset_fetch_bench.py, which also
+checks that both decoders agree on a real broker's answer). The poll at that size went from about 1.05 s
 to 0.6 s (bench/daemon_step_bench.py --kafka).
 
 Only version 8 (Kafka 3.0+: every group in one request) is decoded here; older versions, and everything else,
@@ -21,14 +22,12 @@ from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
 from lagwatch.model import CommittedOffset, TopicPartition
+from lagwatch.offsets_topic.decode import Malformed, WireReader
 
 VERSION = 8
-_PARTITION = struct.Struct(">iqi")  # partition index, committed offset, committed leader epoch
 # A partition with empty metadata and no tagged fields, as nearly all are: index, offset, leader epoch, the
-# metadata's compact length (1: empty), error code, tagged field count (0). One unpack instead of four steps.
+# metadata's compact length (1: empty), error code, tagged field count (0). One unpack instead of six reads.
 _COMMON = struct.Struct(">iqiBhB")
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
 
 
 class OffsetFetchAnswer:
@@ -55,10 +54,9 @@ class _Decoder:
 
     @staticmethod
     def decode(buffer: Any) -> OffsetFetchAnswer:
-        data = buffer.read()
         try:
-            return decode(data)
-        except (IndexError, UnicodeDecodeError, struct.error) as e:
+            return decode(buffer.read())
+        except Malformed as e:
             raise ValueError(f"malformed OffsetFetch v{VERSION} answer: {e}") from e
 
 
@@ -81,90 +79,46 @@ class OffsetFetchV8Request(OffsetFetchRequest, init=False):  # type: ignore[call
         )
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint longer than 5 bytes")
-
-
-def _skip_tags(data: bytes, pos: int) -> int:
-    if data[pos] == 0:  # no tagged fields: the usual single byte
-        return pos + 1
-    count, pos = _uvarint(data, pos)
-    for _ in range(count):
-        _, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
-        pos += size
-    return pos
-
-
-def _string(data: bytes, pos: int) -> tuple[str | None, int]:
-    """A compact nullable string."""
-    length, pos = _uvarint(data, pos)
-    if length == 0:
-        return None, pos
-    end = pos + length - 1
-    if end > len(data):
-        raise ValueError("string past the end of the answer")
-    return data[pos:end].decode("utf-8"), end
-
-
 def decode(data: bytes) -> OffsetFetchAnswer:
-    """The body of an OffsetFetch v8 answer (after its header)."""
-    unpack_partition, unpack_int16, unpack_common = _PARTITION.unpack_from, _INT16.unpack_from, _COMMON.unpack_from
+    """The body of an OffsetFetch v8 answer (after its header), read with the `__consumer_offsets` decoder's
+    reader (its bounds checks, varints, compact strings and tagged fields)."""
+    r = WireReader(data)
+    common, skip = _COMMON, r.skip
     new_tuple = tuple.__new__  # CommittedOffset's own __new__ is a Python function around this call
-    (throttle,) = _INT32.unpack_from(data, 0)
-    pos = 4
-    n_groups, pos = _uvarint(data, pos)
+    throttle = r.int32()
     groups: list[tuple[str, int, dict[TopicPartition, CommittedOffset]]] = []
     # One TopicPartition per partition for the whole answer (ten groups on a topic share them): fewer objects
     # built here, and fewer kept by the snapshot and the history's keys.
     interned: dict[str, dict[int, TopicPartition]] = {}
-    for _ in range(n_groups - 1 if n_groups else 0):
-        group_id, pos = _string(data, pos)
-        n_topics, pos = _uvarint(data, pos)
+    for _ in range(r.compact_array_length()):
+        group_id = r.compact_string()
         committed: dict[TopicPartition, CommittedOffset] = {}
-        for _ in range(n_topics - 1 if n_topics else 0):
-            topic, pos = _string(data, pos)
-            if topic is None:
-                raise ValueError("null topic name")
+        for _ in range(r.compact_array_length()):
+            topic = r.compact_string()
             by_index = interned.get(topic)
             if by_index is None:
                 by_index = interned[topic] = {}
-            n_partitions, pos = _uvarint(data, pos)
-            for _ in range(n_partitions - 1 if n_partitions else 0):
-                if len(data) - pos >= 20:
-                    index, offset, epoch, metadata_length, error_code, tags = unpack_common(data, pos)
-                else:
-                    metadata_length = tags = -1
-                if metadata_length == 1 and tags == 0:  # empty metadata, no tagged fields: nearly every commit
+            for _ in range(r.compact_array_length()):
+                fields = r.peek(common)
+                if fields is not None and fields[3] == 1 and fields[5] == 0:  # nearly every commit: one unpack
+                    index, offset, epoch, _, error_code, _ = fields
                     metadata: str | None = ""
-                    pos += 20
+                    skip(common.size)
                 else:
-                    index, offset, epoch = unpack_partition(data, pos)
-                    metadata, pos = _string(data, pos + 16)
-                    (error_code,) = unpack_int16(data, pos)
-                    pos = _skip_tags(data, pos + 2)
+                    index, offset, epoch = r.int32(), r.int64(), r.int32()
+                    metadata = r.compact_nullable_string()
+                    error_code = r.int16()
+                    r.skip_tagged_fields()
                 # -1 means "nothing committed"; a partition-level error leaves the partition out.
                 if error_code == 0 and offset >= 0:
                     tp = by_index.get(index)
                     if tp is None:
                         tp = by_index[index] = TopicPartition(topic, index)
                     committed[tp] = new_tuple(CommittedOffset, (offset, epoch if epoch >= 0 else None, metadata or ""))
-            pos = _skip_tags(data, pos)
-        (error_code,) = unpack_int16(data, pos)
-        pos = _skip_tags(data, pos + 2)
-        if group_id is None:
-            raise ValueError("null group id")
+            r.skip_tagged_fields()
+        error_code = r.int16()
+        r.skip_tagged_fields()
         groups.append((group_id, error_code, committed))
-    pos = _skip_tags(data, pos)
-    if pos != len(data):
-        raise ValueError(f"{len(data) - pos} bytes left after the answer")
+    r.skip_tagged_fields()
+    r.expect_end("OffsetFetch answer")
     return OffsetFetchAnswer(throttle, groups)

@@ -107,10 +107,8 @@ def measure_group(
     estimated = False
     production: float | None = None  # sums over the committed partitions with a rate: None when none has one
     consumption: float | None = None
-    tps = lag.tps or tuple(TopicPartition(p.topic, p.partition) for p in lag.partitions)
-    for tp, p in zip(
-        tps, lag.partitions, strict=True
-    ):  # the figures are summed in this one pass: it runs per group-partition
+    # The figures are summed in this one pass: it runs per group-partition.
+    for tp, p in zip(lag.tps, lag.partitions, strict=True):
         timeline = timelines.get(tp)
         committed = p.committed
         production_rate = None

@@ -46,8 +46,8 @@ class TopicLag:
 class GroupLag:
     group: GroupSnapshot
     partitions: tuple[PartitionLag, ...]
+    tps: tuple[TopicPartition, ...]  # each row's TopicPartition, in the same order (the measures key on them)
     topics: tuple[TopicLag, ...] = field(default=())
-    tps: tuple[TopicPartition, ...] = field(default=())  # each row's TopicPartition, in the same order (or empty)
 
     @property
     def sum_lag(self) -> int:

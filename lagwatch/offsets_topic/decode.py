@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 __all__ = [
     "GroupMember",
@@ -120,12 +120,13 @@ class Undecodable:
 Record: TypeAlias = OffsetCommit | OffsetTombstone | GroupMetadata | GroupTombstone | OtherRecord | Undecodable
 
 
-class _Malformed(Exception):
+class Malformed(Exception):
     """The bytes do not follow the schema; turned into Undecodable at the top."""
 
 
-class _Reader:
-    """Reads Kafka's protocol primitives from the front of a buffer; raises only _Malformed."""
+class WireReader:
+    """Reads Kafka's protocol primitives from the front of a buffer; raises only Malformed. Also reads the
+    OffsetFetch answers of a poll (lagwatch.collect.offset_fetch)."""
 
     __slots__ = ("_buf", "_pos")
 
@@ -136,8 +137,8 @@ class _Reader:
     def remaining(self) -> int:
         return len(self._buf) - self._pos
 
-    def _truncated(self, wanted: int) -> _Malformed:
-        return _Malformed(f"truncated: {wanted} bytes wanted at byte {self._pos}, {self.remaining()} left")
+    def _truncated(self, wanted: int) -> Malformed:
+        return Malformed(f"truncated: {wanted} bytes wanted at byte {self._pos}, {self.remaining()} left")
 
     def _take(self, n: int) -> memoryview:
         start = self._pos
@@ -145,6 +146,17 @@ class _Reader:
             raise self._truncated(n)
         self._pos = start + n
         return self._buf[start : start + n]
+
+    def peek(self, fixed: struct.Struct) -> tuple[Any, ...] | None:
+        """`fixed` unpacked at the current position, which does not move; None when fewer bytes are left."""
+        if fixed.size > len(self._buf) - self._pos:
+            return None
+        return fixed.unpack_from(self._buf, self._pos)
+
+    def skip(self, n: int) -> None:
+        if n > len(self._buf) - self._pos:
+            raise self._truncated(n)
+        self._pos += n
 
     # The fixed-size readers are the hot path (several per record): struct reports a short buffer itself.
     def int16(self) -> int:
@@ -183,29 +195,29 @@ class _Reader:
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 if result > 0xFFFFFFFF:
-                    raise _Malformed("unsigned varint does not fit 32 bits")
+                    raise Malformed("unsigned varint does not fit 32 bits")
                 self._pos = pos
                 return result
-        raise _Malformed("unsigned varint longer than 5 bytes")
+        raise Malformed("unsigned varint longer than 5 bytes")
 
     def _text(self, length: int) -> str:
         try:
             return str(self._take(length), "utf-8")
         except UnicodeDecodeError as e:
-            raise _Malformed(f"string is not UTF-8: {e.reason}") from None
+            raise Malformed(f"string is not UTF-8: {e.reason}") from None
 
     def nullable_string(self) -> str | None:
         length = self.int16()
         if length < 0:
             if length == -1:
                 return None
-            raise _Malformed(f"string length {length}")
+            raise Malformed(f"string length {length}")
         return self._text(length)
 
     def string(self) -> str:
         length = self.int16()
         if length < 0:
-            raise _Malformed("null in a non-nullable string" if length == -1 else f"string length {length}")
+            raise Malformed("null in a non-nullable string" if length == -1 else f"string length {length}")
         return self._text(length)
 
     def compact_nullable_string(self) -> str | None:
@@ -215,31 +227,31 @@ class _Reader:
     def compact_string(self) -> str:
         text = self.compact_nullable_string()
         if text is None:
-            raise _Malformed("null in a non-nullable compact string")
+            raise Malformed("null in a non-nullable compact string")
         return text
 
     def bytes_(self) -> memoryview:
         length = self.int32()
         if length < 0:
-            raise _Malformed(f"bytes length {length} in a non-nullable bytes field")
+            raise Malformed(f"bytes length {length} in a non-nullable bytes field")
         return self._take(length)
 
     def compact_bytes(self) -> memoryview:
         length_plus_one = self.uvarint()
         if length_plus_one == 0:
-            raise _Malformed("null in a non-nullable compact bytes field")
+            raise Malformed("null in a non-nullable compact bytes field")
         return self._take(length_plus_one - 1)
 
     def array_length(self) -> int:
         length = self.int32()
         if length < 0:
-            raise _Malformed(f"array length {length} in a non-nullable array")
+            raise Malformed(f"array length {length} in a non-nullable array")
         return length
 
     def compact_array_length(self) -> int:
         length_plus_one = self.uvarint()
         if length_plus_one == 0:
-            raise _Malformed("null in a non-nullable compact array")
+            raise Malformed("null in a non-nullable compact array")
         return length_plus_one - 1
 
     def skip_tagged_fields(self) -> None:
@@ -251,7 +263,7 @@ class _Reader:
     def expect_end(self, what: str) -> None:
         # Kafka writes exactly the schema; leftovers mean the record is not what its version says.
         if self._pos != len(self._buf):
-            raise _Malformed(f"{self.remaining()} bytes left over after the {what}")
+            raise Malformed(f"{self.remaining()} bytes left over after the {what}")
 
 
 def decode_record(key: bytes | None, value: bytes | None) -> Record:
@@ -261,7 +273,7 @@ def decode_record(key: bytes | None, value: bytes | None) -> Record:
     key_version: int | None = None
     value_version: int | None = None
     try:
-        key_reader = _Reader(key)
+        key_reader = WireReader(key)
         key_version = key_reader.int16()
         if key_version < 0:
             return Undecodable(f"negative key version {key_version}", key_version, None)
@@ -272,7 +284,7 @@ def decode_record(key: bytes | None, value: bytes | None) -> Record:
             key_reader.expect_end("group metadata key")
             if value is None:
                 return GroupTombstone(group)
-            value_reader = _Reader(value)
+            value_reader = WireReader(value)
             value_version = value_reader.int16()
             return _group_metadata(group, value_version, value_reader)
         topic = key_reader.string()
@@ -280,16 +292,16 @@ def decode_record(key: bytes | None, value: bytes | None) -> Record:
         key_reader.expect_end("offset commit key")
         if value is None:
             return OffsetTombstone(group, topic, partition)
-        value_reader = _Reader(value)
+        value_reader = WireReader(value)
         value_version = value_reader.int16()
         return _offset_commit(group, topic, partition, value_version, value_reader)
-    except _Malformed as e:
+    except Malformed as e:
         return Undecodable(str(e), key_version, value_version)
 
 
-def _offset_commit(group: str, topic: str, partition: int, version: int, r: _Reader) -> OffsetCommit:
+def _offset_commit(group: str, topic: str, partition: int, version: int, r: WireReader) -> OffsetCommit:
     if version not in _OFFSET_COMMIT_VALUE_VERSIONS:
-        raise _Malformed(f"unknown offset commit value version {version}")
+        raise Malformed(f"unknown offset commit value version {version}")
     flexible = version >= _FIRST_FLEXIBLE_VALUE_VERSION
     offset = r.int64()
     leader_epoch = r.int32() if version >= 3 else -1
@@ -312,9 +324,9 @@ def _offset_commit(group: str, topic: str, partition: int, version: int, r: _Rea
     )
 
 
-def _group_metadata(group: str, version: int, r: _Reader) -> GroupMetadata:
+def _group_metadata(group: str, version: int, r: WireReader) -> GroupMetadata:
     if version not in _GROUP_METADATA_VALUE_VERSIONS:
-        raise _Malformed(f"unknown group metadata value version {version}")
+        raise Malformed(f"unknown group metadata value version {version}")
     flexible = version >= _FIRST_FLEXIBLE_VALUE_VERSION
     string = r.compact_string if flexible else r.string
     nullable_string = r.compact_nullable_string if flexible else r.nullable_string
@@ -359,10 +371,10 @@ def _subscribed_topics(subscription: memoryview) -> tuple[str, ...]:
     """The topics of a ConsumerProtocolSubscription (any version; none is flexible, and every version starts with
     int16 version then the topics array), or () if the bytes are not one: a bad subscription must not cost the
     rest of the group's record."""
-    r = _Reader(subscription)
+    r = WireReader(subscription)
     try:
         if r.int16() < 0:
             return ()
         return tuple(r.string() for _ in range(r.array_length()))
-    except _Malformed:
+    except Malformed:
         return ()
