@@ -8,6 +8,7 @@ change of alerts or outbox, and history every `history_save_interval_s` and at s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import threading
@@ -242,7 +243,10 @@ class Daemon:
             if self.lake is not None:  # before _flush: the transitions this step made, then notifications
                 self.lake.record_transitions(snapshot, evaluation, self.book)
             self._flush(self.clock())
-        runtime.latest, runtime.evaluation = snapshot, evaluation
+        findings = len(evaluation.findings)
+        # Kept for the exporter and the API (measures, expiries), not the findings: the book holds what they said,
+        # and at 10,000 alerting groups they are tens of MB, held through the next poll as well.
+        runtime.latest, runtime.evaluation = snapshot, dataclasses.replace(evaluation, findings=())
         runtime.polls += 1
         if snapshot.ok:
             runtime.last_success = snapshot.taken_at
@@ -256,7 +260,7 @@ class Daemon:
                 "groups": len(snapshot.groups),
                 "partitions": len(snapshot.partitions),
                 "requests": sum(snapshot.requests.values()),
-                "findings": len(evaluation.findings),
+                "findings": findings,
                 **({"error_kind": snapshot.error_kind, "error": snapshot.error} if not snapshot.ok else {}),
             },
         )

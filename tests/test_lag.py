@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lagwatch.lag import LagState, group_lag, partition_lag
@@ -57,3 +57,81 @@ def test_group_sums_and_max_per_topic() -> None:
     assert [(t.topic, t.sum_lag, t.max_lag, t.partitions) for t in lag.topics] == [("a", 10, 10, 2), ("b", 2, 2, 1)]
     assert (lag.sum_lag, lag.max_lag, lag.count(LagState.NO_COMMIT)) == (12, 10, 1)
     assert all(p.member_id == "m1" for p in lag.partitions)
+
+
+def _reference_group_lag(
+    group: GroupSnapshot, partitions: dict[TopicPartition, PartitionOffsets], use_last_stable: bool
+) -> tuple[list[tuple[object, ...]], list[tuple[str, int, int, int]], int, int]:
+    """group_lag as plainly as it can be written (partition_lag per row, a list per topic): the fast one must agree."""
+    members = {tp: m for m in group.members for tp in m.assignment}
+    rows, by_topic = [], {}  # type: ignore[var-annotated]
+    for tp in sorted({*group.committed, *members}):
+        committed = group.committed[tp].offset if tp in group.committed else None
+        offsets = partitions.get(tp)
+        lag, state = partition_lag(committed, offsets, use_last_stable)
+        member = members.get(tp)
+        rows.append(
+            (
+                tp.topic,
+                tp.partition,
+                committed,
+                offsets.log_start if offsets else None,
+                offsets.log_end if offsets else None,
+                lag,
+                state,
+                member.member_id if member else None,
+                member.client_id if member else None,
+                member.client_host if member else None,
+                offsets.error if offsets else None,
+            )
+        )
+        by_topic.setdefault(tp.topic, []).append(lag)
+    topics = [
+        (t, sum(x for x in lags if x is not None), max((x for x in lags if x is not None), default=0), len(lags))
+        for t, lags in sorted(by_topic.items())
+    ]
+    return rows, topics, sum(t[1] for t in topics), max((t[2] for t in topics), default=0)
+
+
+_TPS = [TopicPartition(t, p) for t in ("a", "b", "c d") for p in range(3)]
+_OFFSET = st.one_of(st.none(), st.integers(0, 60))
+
+
+@given(
+    committed=st.dictionaries(st.sampled_from(_TPS), st.integers(0, 60), max_size=9),
+    assignments=st.lists(st.lists(st.sampled_from(_TPS), max_size=4, unique=True), max_size=3),
+    offsets=st.dictionaries(
+        st.sampled_from(_TPS),
+        st.builds(PartitionOffsets, _OFFSET, _OFFSET, _OFFSET, st.sampled_from([None, "NOT_LEADER"])),
+        max_size=9,
+    ),
+    use_last_stable=st.booleans(),
+)
+@example(  # committed at the log start exactly: not below it
+    committed={_TPS[0]: 5}, assignments=[], offsets={_TPS[0]: PartitionOffsets(5, 10)}, use_last_stable=False
+)
+@settings(max_examples=300)
+def test_group_lag_agrees_with_the_plain_definition(
+    committed: dict[TopicPartition, int],
+    assignments: list[list[TopicPartition]],
+    offsets: dict[TopicPartition, PartitionOffsets],
+    use_last_stable: bool,
+) -> None:
+    """group_lag inlines partition_lag and sums each topic as its rows go by: every row, sum and max must be what
+    the plain definition gives, for any mix of commits, assignments, unknown ends, log starts and LSOs."""
+    members = tuple(Member(f"m{i}", f"c{i}", f"/h{i}", assignment=tuple(a)) for i, a in enumerate(assignments))
+    group = GroupSnapshot(
+        group_id="g",
+        state="Stable" if members else "Empty",
+        protocol_type="consumer",
+        kind=GroupKind.CLASSIC,
+        coordinator_id=1,
+        members=members,
+        committed={tp: CommittedOffset(o) for tp, o in committed.items()},
+    )
+    lag = group_lag(group, offsets, use_last_stable)
+    rows, topics, sum_lag, max_lag = _reference_group_lag(group, offsets, use_last_stable)
+    assert [tuple(p) for p in lag.partitions] == rows
+    assert [(t.topic, t.sum_lag, t.max_lag, t.partitions) for t in lag.topics] == topics
+    assert (lag.sum_lag, lag.max_lag) == (sum_lag, max_lag)
+    assert list(lag.tps) == [TopicPartition(r[0], r[1]) for r in rows]  # type: ignore[arg-type]

@@ -8,11 +8,11 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kafka.protocol.consumer import OffsetFetchResponse
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
-from lagwatch.collect.offset_fetch import OffsetFetchAnswer, _Decoder, decode
+from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request, _Decoder, decode
 from lagwatch.collect.wire import GroupAnswers, _offset_fetch_handler
 from lagwatch.model import CommittedOffset, TopicPartition
 
@@ -121,3 +121,37 @@ def test_its_repr_is_short() -> None:
     """kafka-python logs every response it receives at DEBUG: a count, not the offsets of 100k partitions."""
     data = _encode([Group(group_id=f"g{n}", topics=[], error_code=0) for n in range(1000)])
     assert repr(decode(data)) == "OffsetFetchAnswer(groups=1000)"
+
+
+@given(
+    group_ids=st.lists(st.text(max_size=200), max_size=300),  # 128+ groups or bytes: two-byte varint lengths
+    correlation_id=st.integers(0, 2**31 - 1),
+    client_id=st.text(max_size=40),
+)
+@example(group_ids=[f"g{i}" * 60 for i in range(200)], correlation_id=1, client_id="lagwatch")  # long lengths
+@example(group_ids=["é" * 100, "x" * 127, "y" * 128], correlation_id=0, client_id="")  # varint edges
+@settings(max_examples=150, deadline=None)
+def test_the_request_is_the_bytes_kafka_python_would_send(
+    group_ids: list[str], correlation_id: int, client_id: str
+) -> None:
+    """lagwatch writes the OffsetFetch v8 request's bytes itself (no object per group): they must be exactly
+    kafka-python's encoding of the same request (header, frame, every group with topics null), for any names."""
+    ours = OffsetFetchV8Request(group_ids)
+    theirs = OffsetFetchRequest(
+        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in group_ids],
+        require_stable=False,
+        min_version=8,
+        max_version=8,
+    )
+    for request in (ours, theirs):
+        request.API_VERSION = 8  # as kafka-python's version negotiation sets it
+        request.with_header(correlation_id=correlation_id, client_id=client_id)
+    assert bytes(ours.encode(header=True, framed=True)) == bytes(theirs.encode(header=True, framed=True))
+    assert bytes(ours.encode()) == bytes(theirs.encode())
+    assert repr(ours) == f"OffsetFetchV8Request(groups={len(group_ids)})"
+
+
+def test_the_request_refuses_other_versions() -> None:
+    request = OffsetFetchV8Request(["g"])
+    with pytest.raises(ValueError, match="version 8 only"):
+        request.encode(version=7)

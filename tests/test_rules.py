@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lagwatch.history import ClusterHistory
-from lagwatch.model import GroupKind, TopicPartition
+from lagwatch.history import ClusterHistory, GroupMeasure, PartitionMeasure
+from lagwatch.model import GroupKind, TopicPartition, alert_key
 from tests.synthetic import TP, Pipeline, group, snapshot
 
 TP1 = TopicPartition("orders", 1)
@@ -318,6 +318,27 @@ def test_window_rules_decide_the_same_from_aligned_windows(polls: list, stuck: i
             (f.key, f.severity, f.summary) for f in b.findings
         ]
         assert a.held == b.held
+        assert all(f.key == alert_key(f.rule, f.labels) for f in a.findings)  # the rules pass the key they built
+        for measure in a.measures.values():
+            _assert_topic_figures_agree_with_rows(measure)
+
+
+def _assert_topic_figures_agree_with_rows(m: GroupMeasure) -> None:
+    """measure_group takes each topic's figures in its one pass over the partitions: they must be what the
+    partition rows say (rows grouped by topic in order, the worst known lag in seconds, any estimate)."""
+    by_topic: dict[str, list[PartitionMeasure]] = {}
+    for row in m.partitions:
+        by_topic.setdefault(row.partition.topic, []).append(row)
+    assert {t: list(rows) for t, rows in m.by_topic.items()} == by_topic
+    assert [t.topic for t in m.lag.topics] == list(by_topic)
+    for topic, rows in by_topic.items():
+        known = [r.lag_time.seconds for r in rows if r.lag_time.seconds is not None]
+        assert m.max_lag_seconds_of(topic) == (max(known) if known else None)
+        estimated = dict(zip([t.topic for t in m.lag.topics], m.topic_estimated, strict=True))
+        assert estimated[topic] == any(r.lag_time.estimated for r in rows)
+    everything = [r.lag_time.seconds for r in m.partitions if r.lag_time.seconds is not None]
+    assert m.max_lag_seconds == (max(everything) if everything else None)
+    assert m.lag_seconds_estimated == any(r.lag_time.estimated for r in m.partitions)
 
 
 def test_a_stopped_simple_group_is_found_through_aligned_windows() -> None:

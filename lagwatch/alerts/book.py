@@ -178,11 +178,12 @@ class AlertBook:
     ) -> None:
         seen = set()
         for f in findings:
-            seen.add(f.key)
-            alert = self.alerts.get(f.key)
+            key = f.key
+            seen.add(key)
+            alert = self.alerts.get(key)
             if alert is None or alert.state == "resolved":
                 alert = Alert(
-                    key=f.key,
+                    key=key,
                     rule=f.rule,
                     severity=f.severity,
                     cluster=f.cluster,
@@ -196,9 +197,12 @@ class AlertBook:
                     started_at=now,
                     updated_at=now,
                 )
-                self.alerts[f.key] = alert
-            alert.severity, alert.summary, alert.details = f.severity, f.summary, dict(f.details)
-            alert.labels, alert.for_s, alert.runbook_url, alert.updated_at = dict(f.labels), f.for_s, f.runbook_url, now
+                self.alerts[key] = alert
+            else:
+                alert.severity, alert.summary, alert.details = f.severity, f.summary, dict(f.details)
+                if alert.labels != f.labels:  # nearly always the same: no new dict per alert at every poll
+                    alert.labels = dict(f.labels)
+                alert.for_s, alert.runbook_url, alert.updated_at = f.for_s, f.runbook_url, now
             if alert.state == "pending" and for_elapsed(alert.started_at, alert.for_s, now):
                 alert.state, alert.fired_at = "firing", now
         for key, alert in list(self.alerts.items()):

@@ -9,8 +9,8 @@ checks that both decoders agree on a real broker's answer). The poll at that siz
 to 0.6 s (bench/daemon_step_bench.py --kafka).
 
 Only version 8 (Kafka 3.0+: every group in one request) is decoded here; older versions, and everything else,
-go through kafka-python as before. The request is kafka-python's own; only the class that decodes its answer
-differs. A malformed answer raises ValueError, which kafka-python treats as it treats its own decoding errors.
+go through kafka-python as before. The request is kafka-python's class (sent, counted and retried by it), its
+bytes written here: the tests require them equal to kafka-python's own encoding. A malformed answer raises ValueError, which kafka-python treats as it treats its own decoding errors.
 """
 
 from __future__ import annotations
@@ -68,15 +68,49 @@ class _Header(RequestHeader, init=False):  # type: ignore[call-arg,misc]
 
 
 class OffsetFetchV8Request(OffsetFetchRequest, init=False):  # type: ignore[call-arg,misc]
-    """kafka-python's OffsetFetchRequest, encoded by kafka-python; its v8 answer decoded by `decode`."""
+    """kafka-python's OffsetFetchRequest (sent, counted and retried by kafka-python), for every committed offset of
+    `group_ids`, encoded by lagwatch: kafka-python built an object per group and encoded them one field at a time,
+    8 % of a poll at 10,000 groups. Its v8 answer is decoded by `decode`."""
+
+    def __init__(self, group_ids: list[str]) -> None:
+        super().__init__(groups=[], require_stable=False, min_version=VERSION, max_version=VERSION)
+        self.group_ids = group_ids
 
     def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
         self._header = _Header(
             request_api_key=self.API_KEY,
-            request_api_version=self.API_VERSION,
+            request_api_version=self.API_VERSION,  # type: ignore[has-type]
             correlation_id=correlation_id,
             client_id=client_id,
         )
+
+    def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> bytes:
+        """The bytes kafka-python would send for OffsetFetchRequest(groups=[{group_id, topics: null}...]) v8."""
+        if (version if version is not None else self.API_VERSION) != VERSION:  # type: ignore[has-type]
+            raise ValueError(f"OffsetFetchV8Request encodes version {VERSION} only")
+        self.API_VERSION = VERSION
+        parts = [self.encode_header(flexible=True)] if header else []
+        parts.append(_uvarint(len(self.group_ids) + 1))  # compact array: length + 1
+        for group_id in self.group_ids:
+            name = group_id.encode()
+            # compact string, then topics: null (compact length 0: every committed offset), no tagged fields
+            parts += (_uvarint(len(name) + 1), name, b"\x00\x00")
+        parts.append(b"\x00\x00")  # require_stable false, no tagged fields
+        body = b"".join(parts)
+        return struct.pack(">i", len(body)) + body if framed else body
+
+    def __repr__(self) -> str:  # kafka-python logs requests at DEBUG: a count, not 10,000 names
+        return f"OffsetFetchV8Request(groups={len(self.group_ids)})"
+
+
+def _uvarint(value: int) -> bytes:
+    """Kafka's unsigned varint: 7 bits a byte, low bits first."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def decode(data: bytes) -> OffsetFetchAnswer:

@@ -186,8 +186,7 @@ class Wire:
 
     def _offset_fetch_requests(self, group_ids: list[str]) -> Iterable[tuple[list[str], Any]]:
         if self.api_version(OffsetFetchRequest) >= 8:
-            groups = [OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in group_ids]
-            yield group_ids, OffsetFetchV8Request(groups=groups, min_version=8, max_version=8)
+            yield group_ids, OffsetFetchV8Request(group_ids)
         else:
             for g in group_ids:
                 yield [g], OffsetFetchRequest(group_id=g, topics=None, min_version=2, max_version=7)
@@ -367,7 +366,7 @@ def _classic_group(g: Any) -> DescribedGroup:
     return DescribedGroup(
         state=g.group_state,
         protocol_type=g.protocol_type or "",
-        members=tuple(_member(m, g.protocol_type) for m in g.members),
+        members=tuple([_member(m, g.protocol_type) for m in g.members]) if g.members else (),
     )
 
 

@@ -278,7 +278,9 @@ class ClusterHistory:
                 begin, end = values[start - first], values[-1]
                 if begin > NO_VALUE and end > NO_VALUE:
                     begin_t, end_t = times[start - t0], times[newest - t0]
-                    return max(0.0, (end - begin) / (end_t - begin_t)) if end_t > begin_t else None
+                    if end_t <= begin_t:
+                        return None
+                    return (end - begin) / (end_t - begin_t) if end > begin else 0.0
         last_t = first_t = 0.0
         last = first_value = None
         for i in range(len(values) - 1, max(0, t0 - first) - 1, -1):
@@ -420,7 +422,7 @@ class ClusterHistory:
                 progress = partitions[tp] = PartitionProgress()
             ring = progress.committed
             if offset is not None:
-                previous = ring.last
+                previous = ring.values[-1] if ring.values else NOT_SAMPLED  # ring.last, without the call
                 if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
@@ -455,11 +457,15 @@ class ClusterHistory:
                 track.vanished = None
             for tp in [tp for tp, (at, _, _) in track.rewinds.items() if now - at > VANISHED_KEEP_S]:
                 del track.rewinds[tp]
-        needed = {tp for t in self.groups.values() if t.gone_since is None for tp in t.partitions}
-        for tp in [tp for tp in self.timelines if tp not in needed and tp not in snapshot.partitions]:
-            del self.timelines[tp]
-        for tp in [tp for tp in self.log_ends if tp not in needed and tp not in snapshot.partitions]:
-            del self.log_ends[tp]
+        # Partitions this poll did not read, kept only while a group still holds them. Mostly there are none, and
+        # the set of every group's partitions (100k at 100k group-partitions) is not built.
+        unread = [tp for tp in (*self.timelines, *self.log_ends) if tp not in snapshot.partitions]
+        if unread:
+            needed = {tp for t in self.groups.values() if t.gone_since is None for tp in t.partitions}
+            for tp in unread:
+                if tp not in needed:
+                    self.timelines.pop(tp, None)
+                    self.log_ends.pop(tp, None)
 
     # -- persistence (plain JSON-able data) --------------------------------------------------------------
 

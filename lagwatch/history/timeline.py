@@ -59,25 +59,32 @@ class LogEndTimeline:
         point, extrapolates back at the timeline's average production rate, capped at the timeline's own span,
         and marks the answer estimated.
         """
-        if not self.times:
+        # Locals and conditionals, not min/max: asked for every lagging group-partition at every poll.
+        times, ends = self.times, self.ends
+        if not times:
             return None
-        i = bisect_right(self.ends, offset)  # first point whose log end > offset: the record existed by then
-        if i >= len(self.ends):
+        i = bisect_right(ends, offset)  # first point whose log end > offset: the record existed by then
+        n = len(ends)
+        if i >= n:
             return None  # not produced yet as far as history knows (the caller has lag 0 then)
         if i > 0:
-            t0, e0, t1, e1 = self.times[i - 1], self.ends[i - 1], self.times[i], self.ends[i]
-            fraction = (offset - e0 + 1) / (e1 - e0) if e1 > e0 else 1.0
-            return t0 + min(max(fraction, 0.0), 1.0) * (t1 - t0), False
+            t0, e0, e1 = times[i - 1], ends[i - 1], ends[i]
+            fraction = 1.0
+            if e1 > e0:
+                fraction = (offset - e0 + 1) / (e1 - e0)  # > 0: ends[i - 1] <= offset
+                if fraction > 1.0:
+                    fraction = 1.0
+            return t0 + fraction * (times[i] - t0), False
         # Older than all history: the record was produced before the first point.
-        if len(self.times) < 2:
+        if n < 2:
             return None  # one point says nothing about how fast the log grows
-        first_t, first_end = self.times[0], self.ends[0]
-        span = self.times[-1] - first_t
-        rate = (self.ends[-1] - first_end) / span if span > 0 else 0.0
+        first_t, first_end = times[0], ends[0]
+        span = times[-1] - first_t
+        rate = (ends[-1] - first_end) / span if span > 0 else 0.0
         if rate <= 0:
             return first_t, True
-        back = min((first_end - offset) / rate, span)
-        return first_t - back, True
+        back = (first_end - offset) / rate
+        return first_t - (back if back < span else span), True
 
     def rate(self, since: float) -> float | None:
         """Records appended per second from `since` to the latest point; None with less than two points."""

@@ -48,14 +48,8 @@ class GroupLag:
     partitions: tuple[PartitionLag, ...]
     tps: tuple[TopicPartition, ...]  # each row's TopicPartition, in the same order (the measures key on them)
     topics: tuple[TopicLag, ...] = field(default=())
-
-    @property
-    def sum_lag(self) -> int:
-        return sum(t.sum_lag for t in self.topics)
-
-    @property
-    def max_lag(self) -> int:
-        return max((t.max_lag for t in self.topics), default=0)
+    sum_lag: int = 0  # over every partition with a known lag
+    max_lag: int = 0
 
     def count(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
@@ -81,38 +75,81 @@ def partition_lag(
 def group_lag(
     group: GroupSnapshot, partitions: Mapping[TopicPartition, PartitionOffsets], use_last_stable: bool = False
 ) -> GroupLag:
-    """Every partition the group committed or is assigned, with lag; then sums and max per topic."""
+    """Every partition the group committed or is assigned, with lag; then sums and max per topic.
+
+    partition_lag inlined, and each topic's sums taken as its rows go by (sorted, a topic's rows are adjacent):
+    this runs for every group-partition at every poll, and the calls and per-topic lists were half its time."""
     members = group.member_of()
     committed_offsets = group.committed
     rows: list[PartitionLag] = []
-    by_topic: dict[str, tuple[list[int], list[PartitionLag]]] = {}  # topic -> (known lags, rows)
+    topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
+    topic: str | None = None
+    topic_sum = topic_max = topic_rows = 0
+    NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
+        LagState.NO_COMMIT,
+        LagState.UNKNOWN,
+        LagState.OK,
+        LagState.BELOW_LOG_START,
+    )
+    new_tuple = tuple.__new__
     for tp in ordered:
         committed = committed_offsets.get(tp)
-        offset = committed.offset if committed is not None else None
         offsets = partitions.get(tp)
-        lag, state = partition_lag(offset, offsets, use_last_stable)
-        member = members.get(tp) if members else None
-        row = PartitionLag(
-            tp.topic,
-            tp.partition,
-            offset,
-            offsets.log_start if offsets is not None else None,
-            offsets.log_end if offsets is not None else None,
-            lag,
-            state,
-            member.member_id if member is not None else None,
-            member.client_id if member is not None else None,
-            member.client_host if member is not None else None,
-            offsets.error if offsets is not None else None,
-        )
+        if offsets is None:
+            log_start = log_end = error = end = None
+        else:
+            log_start, log_end, error = offsets.log_start, offsets.log_end, offsets.error
+            end = offsets.last_stable if use_last_stable and offsets.last_stable is not None else log_end
+        if committed is None:
+            offset = lag = None
+            state = NO_COMMIT
+        else:
+            offset = committed.offset
+            if end is None:
+                lag, state = None, UNKNOWN
+            else:
+                lag = end - offset if end > offset else 0  # clamped: read races never go negative
+                state = BELOW_LOG_START if log_start is not None and offset < log_start else OK
+        # tuple.__new__ with every field: a NamedTuple's own __new__ is a Python function around this call.
+        if members and (member := members.get(tp)) is not None:
+            row = new_tuple(
+                PartitionLag,
+                (
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    log_start,
+                    log_end,
+                    lag,
+                    state,
+                    member.member_id,
+                    member.client_id,
+                    member.client_host,
+                    error,
+                ),
+            )
+        else:
+            row = new_tuple(
+                PartitionLag, (tp.topic, tp.partition, offset, log_start, log_end, lag, state, None, None, None, error)
+            )
         rows.append(row)
-        lags, topic_rows = by_topic.get(tp.topic) or by_topic.setdefault(tp.topic, ([], []))
-        topic_rows.append(row)
+        if tp.topic != topic:
+            if topic is not None:
+                topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows))
+            topic, topic_sum, topic_max, topic_rows = tp.topic, 0, 0, 0
+        topic_rows += 1
         if lag is not None:
-            lags.append(lag)
-    topics = tuple(
-        TopicLag(topic=t, sum_lag=sum(lags), max_lag=max(lags, default=0), partitions=len(topic_rows))
-        for t, (lags, topic_rows) in sorted(by_topic.items())
+            topic_sum += lag
+            if lag > topic_max:
+                topic_max = lag
+    if topic is not None:
+        topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows))
+    return GroupLag(
+        group=group,
+        partitions=tuple(rows),
+        topics=tuple(topics),
+        tps=tuple(ordered),
+        sum_lag=sum(t.sum_lag for t in topics),
+        max_lag=max((t.max_lag for t in topics), default=0),
     )
-    return GroupLag(group=group, partitions=tuple(rows), topics=topics, tps=tuple(ordered))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     from lagwatch.rules.expiry import Outlook
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, and one is built per group at every
+# poll. Rules read it and never assign to it.
+@dataclass(slots=True)
 class GroupContext:
     snapshot: ClusterSnapshot
     history: ClusterHistory
@@ -27,6 +29,8 @@ class GroupContext:
     # Alert keys a rule could not judge this time (its window is not covered by unbroken observation): their
     # alerts neither fire nor resolve. Shared with the engine, which hands it to the alert book.
     held: set[str]
+    group_rules: tuple[RuleSet, dict[str, str]]  # resolver.resolve(cluster, group): what rules() answers most
+    outlook_of: Callable[[GroupContext], Outlook | None]  # rules.expiry.outlook (which imports this module)
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -52,14 +56,14 @@ class GroupContext:
         """When this group's offsets can expire (computed once: the expiry rule and the exporter both use it).
         Not functools.cached_property: on Python 3.11 it takes a lock per call, a tenth of the rules' time."""
         if "expiry" not in self.memo:
-            from lagwatch.rules.expiry import outlook
-
-            self.memo["expiry"] = outlook(self)
+            self.memo["expiry"] = self.outlook_of(self)
         result: Outlook | None = self.memo["expiry"]
         return result
 
     def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
-        return self.resolver.resolve(self.cluster, self.group.group_id, topic)
+        if topic is None:
+            return self.group_rules
+        return self.resolver.resolve(self.snapshot.cluster, self.group.group_id, topic)
 
     def labels(self, topic: str | None = None) -> dict[str, str]:
         _, route = self.rules(topic)
@@ -100,4 +104,5 @@ class GroupContext:
             details=dict(details or {}),
             for_s=for_s,
             runbook_url=runbook_url,
+            key=self._key(rule, topic),
         )

@@ -61,7 +61,8 @@ def evaluate(
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
     for group in snapshot.groups:
-        rules, _ = resolver.resolve(snapshot.cluster, group.group_id)
+        group_rules = resolver.resolve(snapshot.cluster, group.group_id)
+        rules = group_rules[0]
         if group.error is not None:
             frozen.add(group.group_id)
             summary = f"group {group.group_id} could not be read: {group.error}"
@@ -76,7 +77,9 @@ def evaluate(
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
         measure = measure_group(lag, history, now, rate_since, snapshot.record_times, production_rates)
         measures[group.group_id] = measure
-        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held)
+        ctx = GroupContext(
+            snapshot, history, group, measure, track, resolver, now, active, held, group_rules, expiry.outlook
+        )
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
         if ctx.expiry is not None:

@@ -16,7 +16,7 @@ is sure the offsets expire soon, and never pages for a clock it does not know. E
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from lagwatch.history import Clock, ClusterHistory
@@ -76,51 +76,50 @@ def _retention(
 
 
 def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], str]:
-    """The committed partitions that can expire now, each with the clock its expiry counts from."""
+    """The committed partitions that can expire now, each with the clock its expiry counts from (in no order)."""
     g, history = ctx.group, ctx.history
     if ctx.track is None or not g.committed:
         return [], ""
 
-    def last_commit(tps: list[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
+    def last_commit(tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
         clocks = [(tp, history.commit_clock(g.group_id, tp)) for tp in tps]
         return [(tp, clock) for tp, clock in clocks if clock is not None]
 
-    committed = sorted(g.committed)
-    subscribed = {t for m in g.members for t in m.subscribed_topics}
     if g.kind is GroupKind.CLASSIC and g.state == "Empty":
         empty = history.empty_clock(g.group_id)
         if empty is None:
             return [], ""
-        return [(tp, empty) for tp in committed], "the moment the group became Empty"
+        return [(tp, empty) for tp in g.committed], "the moment the group became Empty"
+    if g.kind is GroupKind.SIMPLE:
+        return last_commit(g.committed), "the last commit"
+    subscribed = {t for m in g.members for t in m.subscribed_topics}
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"
         and g.members
         and all(m.subscribed_topics for m in g.members)
-    ):
+    ) or g.kind is GroupKind.CONSUMER:
         return last_commit(
-            [tp for tp in committed if tp.topic not in subscribed]
-        ), "the last commit (topic not subscribed)"
-    if g.kind is GroupKind.SIMPLE:
-        return last_commit(committed), "the last commit"
-    if g.kind is GroupKind.CONSUMER:
-        return last_commit(
-            [tp for tp in committed if tp.topic not in subscribed]
+            [tp for tp in g.committed if tp.topic not in subscribed]
         ), "the last commit (topic not subscribed)"
     return [], ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outlook:
-    """When a group's committed offsets can expire: (expiry time, partition, clock) earliest first."""
+    """When a group's committed offsets can expire. Every group has one at every poll (the exporter shows the
+    earliest), and only the expiry rule, when it fires, needs them one by one: `rows` is built on demand."""
 
-    rows: tuple[tuple[float, TopicPartition, Clock], ...]
+    candidates: tuple[tuple[TopicPartition, Clock], ...]
     retention: Retention
     counted_from: str
+    expires_at: float  # the earliest
 
     @property
-    def expires_at(self) -> float:
-        return self.rows[0][0]
+    def rows(self) -> list[tuple[float, TopicPartition, Clock]]:
+        """(expiry time, partition, clock), earliest first."""
+        seconds = self.retention.seconds
+        return sorted((clock.since + seconds, tp, clock) for tp, clock in self.candidates)
 
     def fraction(self, now: float, expires_at: float | None = None) -> float:
         at = self.expires_at if expires_at is None else expires_at
@@ -134,8 +133,9 @@ def outlook(ctx: GroupContext) -> Outlook | None:
         return None
     retention = retention_for(ctx.snapshot, ctx.group.coordinator_id, rules.expiry.retention_minutes)
     # An unobserved clock counts from the first time lagwatch looked: the latest possible expiry.
-    rows = [(clock.since + retention.seconds, tp, clock) for tp, clock in candidates]
-    return Outlook(tuple(sorted(rows)), retention, counted_from)
+    # min(since) + seconds is min(since + seconds): adding the same number keeps the order of floats.
+    earliest = min([clock.since for _, clock in candidates]) + retention.seconds
+    return Outlook(tuple(candidates), retention, counted_from, earliest)
 
 
 def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
@@ -143,7 +143,7 @@ def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
     view = ctx.expiry
     if not rules.expiry.enabled or view is None:
         return
-    rows, retention, counted_from, expires_at = view.rows, view.retention, view.counted_from, view.expires_at
+    retention, counted_from, expires_at = view.retention, view.counted_from, view.expires_at
     fraction = view.fraction(ctx.now)
     if fraction >= rules.expiry.critical_fraction:
         severity = "critical"
@@ -151,6 +151,7 @@ def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:
         severity = "warning"
     else:
         return
+    rows = view.rows
     due = [tp for at, tp, _ in rows if view.fraction(ctx.now, at) >= rules.expiry.warning_fraction]
     lags = {(p.topic, p.partition): p for p in ctx.measure.lag.partitions}
     skipped = sum(lags[tp].lag or 0 for tp in due if tp in lags)

@@ -31,16 +31,16 @@ def lag_severity(rule: LagRule, offsets: int, seconds: float | None, active: str
 
 
 def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
-    for topic in ctx.measure.lag.topics:
+    m = ctx.measure
+    for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         rules, _ = ctx.rules(topic.topic)
         if not rules.lag.enabled:
             continue
         rows = ctx.measure.by_topic.get(topic.topic, ())
-        max_seconds = ctx.measure.max_lag_seconds_of(topic.topic)
         severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
         if severity is None:
             continue
-        worst = sorted(rows, key=lambda m: -(m.partition.lag or 0))[:5]
+        worst = sorted(rows, key=lambda row: -(row.partition.lag or 0))[:5]
         eta = ctx.measure.eta_s
         if eta is not None:
             progress = f"catching up in about {duration(eta)}"
@@ -51,7 +51,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         else:
             progress = "no catch-up estimate yet"
         lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
-        if max_seconds is not None and any(m.lag_time.estimated for m in rows):
+        if estimated:
             lag_time += " (estimated)"
         yield ctx.finding(
             "lag",

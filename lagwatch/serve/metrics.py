@@ -210,7 +210,9 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     lag_seconds = f.gauge("partition_lag_seconds", "Seconds behind on the partition", p_labels)
     cluster_label = f'cluster="{_escape(c)}"'
     add_committed, add_lag, add_seconds = committed.lines.append, lag.lines.append, lag_seconds.lines.append
-    exported_partitions = set()
+    committed_name, lag_name, seconds_name = committed.name, lag.name, lag_seconds.name
+    isfinite = math.isfinite
+    exported_partitions: set[tuple[str, int]] = set()
     for group in snap.groups:
         g = group.group_id
         cg = f'{cluster_label},group="{_escape(g)}"'
@@ -224,26 +226,31 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             continue
         for family, value in group_gauges:
             f.put(family, cg, value(m))
-        for t in m.lag.topics:
+        for t, seconds in zip(m.lag.topics, m.topic_lag_seconds, strict=True):
             cgt = f'{cg},topic="{_escape(t.topic)}"'
             f.put(topic_sum, cgt, t.sum_lag)
             f.put(topic_max, cgt, t.max_lag)
-            f.put(topic_seconds, cgt, m.max_lag_seconds_of(t.topic))
+            f.put(topic_seconds, cgt, seconds)
         if not rt.config.partition_metrics.matches(g):
             continue
+        exported_partitions.update(m.lag.tps)  # TopicPartitions are (topic, partition) tuples
         for topic, rows in m.by_topic.items():
             cgt = f'{cg},topic="{_escape(topic)}"'
-            for pm in rows:  # f.put inlined: the offsets are ints (finite); this loop runs per group-partition
+            # f.put and _number inlined: this loop runs per group-partition. Offsets are ints (finite); lag in
+            # seconds a float, whose repr is what floatToGoString gives below 1e6 (see _number).
+            for pm in rows:
                 part = pm.partition
                 cgtp = f'{cgt},partition="{part.partition}"'
                 if part.committed is not None:
-                    add_committed(f"{committed.name}{{{cgtp}}} {part.committed}\n")
+                    add_committed(f"{committed_name}{{{cgtp}}} {part.committed}\n")
                 if part.lag is not None:
-                    add_lag(f"{lag.name}{{{cgtp}}} {part.lag}\n")
+                    add_lag(f"{lag_name}{{{cgtp}}} {part.lag}\n")
                 seconds = pm.lag_time.seconds
-                if seconds is not None and math.isfinite(seconds):
-                    add_seconds(f"{lag_seconds.name}{{{cgtp}}} {_number(seconds)}\n")
-                exported_partitions.add((topic, part.partition))
+                if seconds is not None and isfinite(seconds):
+                    if type(seconds) is float and 0.0 <= seconds < 1e6:
+                        add_seconds(f"{seconds_name}{{{cgtp}}} {seconds!r}\n")
+                    else:
+                        add_seconds(f"{seconds_name}{{{cgtp}}} {_number(seconds)}\n")
     for (topic, partition), offsets in sorted(snap.partitions.items()):
         if (topic, partition) in exported_partitions:
             ctp = f'{cluster_label},topic="{_escape(topic)}",partition="{partition}"'
@@ -273,8 +280,9 @@ def render(
     firing_of_groups = {
         (a.cluster, a.group or "", a.rule, a.severity) for a in alerts if a.state == "firing" and a.group
     }
-    for cluster, group, rule, severity in sorted(firing_of_groups):
-        f.set(by_group, [cluster, group, rule, severity], 1)
+    for cluster, group, rule, severity in sorted(firing_of_groups):  # one per firing alert: f.put's path
+        labels = f'cluster="{_escape(cluster)}",group="{_escape(group)}",rule="{_escape(rule)}",severity="{_escape(severity)}"'
+        f.put(by_group, labels, 1)
     f.set(f.gauge("notifications_queued", "Notifications waiting for delivery", []), [], notify_stats.get("queued", 0))
     f.set(f.counter("notifications_delivered", "Notifications delivered", []), [], notify_stats.get("delivered", 0))
     f.set(
