@@ -110,12 +110,10 @@ class Finding:
     details: Mapping[str, object] = field(default_factory=dict)  # JSON-able figures for notifiers and the API
     for_s: float = 0.0
     runbook_url: str | None = None
-    # alert_key(rule, labels), derived when not given: the rules pass the one they already built (see GroupContext).
-    key: str = ""
+    key: str = field(init=False)  # alert_key(rule, labels), built once (the alert book reads it several times)
 
     def __post_init__(self) -> None:
-        if not self.key:
-            object.__setattr__(self, "key", alert_key(self.rule, self.labels))
+        object.__setattr__(self, "key", alert_key(self.rule, self.labels))
 
 
 def alert_key(rule: str, labels: Mapping[str, str]) -> str:

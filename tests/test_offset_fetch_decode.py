@@ -15,6 +15,7 @@ from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request, _Decoder, decode
 from lagwatch.collect.wire import GroupAnswers, _offset_fetch_handler
 from lagwatch.model import CommittedOffset, TopicPartition
+from tests.test_offsets_topic_decode import compact_string, uvarint
 
 Group = OffsetFetchResponse.OffsetFetchResponseGroup
 Topic = Group.OffsetFetchResponseTopics
@@ -81,27 +82,13 @@ def test_partitions_of_one_topic_are_shared_between_groups() -> None:
     assert groups[0][2][TopicPartition("t", 2)] == CommittedOffset(2, 3, "")
 
 
-def _uvarint(n: int) -> bytes:
-    out = b""
-    while True:
-        if n < 0x80:
-            return out + bytes([n])
-        out += bytes([n & 0x7F | 0x80])
-        n >>= 7
-
-
-def _compact(s: str) -> bytes:
-    raw = s.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
 def test_tagged_fields_are_skipped() -> None:
     """Fields a newer broker may add as tagged fields, at every level, are stepped over."""
-    tags = _uvarint(2) + _uvarint(0) + _uvarint(3) + b"abc" + _uvarint(300) + _uvarint(1) + b"z"
-    partition = struct.pack(">iqi", 4, 1234, 7) + _compact("meta") + struct.pack(">h", 0) + tags
-    topic = _compact("orders") + _uvarint(2) + partition + tags
-    group = _compact("g") + _uvarint(2) + topic + struct.pack(">h", 0) + tags
-    data = struct.pack(">i", 0) + _uvarint(2) + group + tags
+    tags = uvarint(2) + uvarint(0) + uvarint(3) + b"abc" + uvarint(300) + uvarint(1) + b"z"
+    partition = struct.pack(">iqi", 4, 1234, 7) + compact_string("meta") + struct.pack(">h", 0) + tags
+    topic = compact_string("orders") + uvarint(2) + partition + tags
+    group = compact_string("g") + uvarint(2) + topic + struct.pack(">h", 0) + tags
+    data = struct.pack(">i", 0) + uvarint(2) + group + tags
     (only,) = decode(data).groups
     assert only == ("g", 0, {TopicPartition("orders", 4): CommittedOffset(1234, 7, "meta")})
 

@@ -10,7 +10,8 @@ to 0.6 s (bench/daemon_step_bench.py --kafka).
 
 Only version 8 (Kafka 3.0+: every group in one request) is decoded here; older versions, and everything else,
 go through kafka-python as before. The request is kafka-python's class (sent, counted and retried by it), its
-bytes written here: the tests require them equal to kafka-python's own encoding. A malformed answer raises ValueError, which kafka-python treats as it treats its own decoding errors.
+bytes written here: the tests require them equal to kafka-python's own encoding. A malformed answer raises
+ValueError, which kafka-python treats as it treats its own decoding errors.
 """
 
 from __future__ import annotations

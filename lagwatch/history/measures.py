@@ -51,12 +51,6 @@ class GroupMeasure:
     topic_lag_seconds: tuple[float | None, ...] = ()  # the worst known lag in seconds; None: none known
     topic_estimated: tuple[bool, ...] = ()  # whether that lag in seconds is an estimate
 
-    def max_lag_seconds_of(self, topic: str) -> float | None:
-        for t, seconds in zip(self.lag.topics, self.topic_lag_seconds, strict=True):
-            if t.topic == topic:
-                return seconds
-        return None
-
     @property
     def falling_behind(self) -> bool:
         if self.lag.sum_lag <= 0 or self.production_rate is None or self.consumption_rate is None:

@@ -422,7 +422,7 @@ class ClusterHistory:
                 progress = partitions[tp] = PartitionProgress()
             ring = progress.committed
             if offset is not None:
-                previous = ring.values[-1] if ring.values else NOT_SAMPLED  # ring.last, without the call
+                previous = ring.last
                 if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,6 @@ class GroupContext:
     # alerts neither fire nor resolve. Shared with the engine, which hands it to the alert book.
     held: set[str]
     group_rules: tuple[RuleSet, dict[str, str]]  # resolver.resolve(cluster, group): what rules() answers most
-    outlook_of: Callable[[GroupContext], Outlook | None]  # rules.expiry.outlook (which imports this module)
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -56,7 +55,9 @@ class GroupContext:
         """When this group's offsets can expire (computed once: the expiry rule and the exporter both use it).
         Not functools.cached_property: on Python 3.11 it takes a lock per call, a tenth of the rules' time."""
         if "expiry" not in self.memo:
-            self.memo["expiry"] = self.outlook_of(self)
+            from lagwatch.rules.expiry import outlook  # expiry imports this module
+
+            self.memo["expiry"] = outlook(self)
         result: Outlook | None = self.memo["expiry"]
         return result
 
@@ -104,5 +105,4 @@ class GroupContext:
             details=dict(details or {}),
             for_s=for_s,
             runbook_url=runbook_url,
-            key=self._key(rule, topic),
         )

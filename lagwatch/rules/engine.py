@@ -77,9 +77,7 @@ def evaluate(
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
         measure = measure_group(lag, history, now, rate_since, snapshot.record_times, production_rates)
         measures[group.group_id] = measure
-        ctx = GroupContext(
-            snapshot, history, group, measure, track, resolver, now, active, held, group_rules, expiry.outlook
-        )
+        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held, group_rules)
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
         if ctx.expiry is not None:

@@ -236,9 +236,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
         exported_partitions.update(m.lag.tps)  # TopicPartitions are (topic, partition) tuples
         for topic, rows in m.by_topic.items():
             cgt = f'{cg},topic="{_escape(topic)}"'
-            # f.put and _number inlined: this loop runs per group-partition. Offsets are ints (finite); lag in
-            # seconds a float, whose repr is what floatToGoString gives below 1e6 (see _number).
-            for pm in rows:
+            for pm in rows:  # f.put inlined: the offsets are ints (finite); this loop runs per group-partition
                 part = pm.partition
                 cgtp = f'{cgt},partition="{part.partition}"'
                 if part.committed is not None:
@@ -247,10 +245,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
                     add_lag(f"{lag_name}{{{cgtp}}} {part.lag}\n")
                 seconds = pm.lag_time.seconds
                 if seconds is not None and isfinite(seconds):
-                    if type(seconds) is float and 0.0 <= seconds < 1e6:
-                        add_seconds(f"{seconds_name}{{{cgtp}}} {seconds!r}\n")
-                    else:
-                        add_seconds(f"{seconds_name}{{{cgtp}}} {_number(seconds)}\n")
+                    add_seconds(f"{seconds_name}{{{cgtp}}} {_number(seconds)}\n")
     for (topic, partition), offsets in sorted(snap.partitions.items()):
         if (topic, partition) in exported_partitions:
             ctp = f'{cluster_label},topic="{_escape(topic)}",partition="{partition}"'
@@ -280,9 +275,8 @@ def render(
     firing_of_groups = {
         (a.cluster, a.group or "", a.rule, a.severity) for a in alerts if a.state == "firing" and a.group
     }
-    for cluster, group, rule, severity in sorted(firing_of_groups):  # one per firing alert: f.put's path
-        labels = f'cluster="{_escape(cluster)}",group="{_escape(group)}",rule="{_escape(rule)}",severity="{_escape(severity)}"'
-        f.put(by_group, labels, 1)
+    for cluster, group, rule, severity in sorted(firing_of_groups):
+        f.set(by_group, [cluster, group, rule, severity], 1)
     f.set(f.gauge("notifications_queued", "Notifications waiting for delivery", []), [], notify_stats.get("queued", 0))
     f.set(f.counter("notifications_delivered", "Notifications delivered", []), [], notify_stats.get("delivered", 0))
     f.set(
