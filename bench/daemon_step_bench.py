@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagwatch import gc_policy
+from lagwatch import gc_policy, malloc_policy
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import (
@@ -248,7 +248,13 @@ def main() -> None:
     parser.add_argument(
         "--bootstrap", help="with --kafka: a running Kafka on which an earlier run created the groups (no new broker)"
     )
+    parser.add_argument(
+        "--default-malloc", action="store_true", help="glibc's moving mmap threshold, not lagwatch run's"
+    )
     args = parser.parse_args()
+    if not args.default_malloc:
+        malloc_policy.configure()  # as `lagwatch run` does first
+    say(f"malloc: {'glibc defaults' if args.default_malloc else 'as lagwatch run sets it'}")
     if args.kafka and args.bootstrap:
         for size in args.sizes.split(","):
             g, p = (int(x) for x in size.split("x"))

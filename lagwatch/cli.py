@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lagwatch import __version__, gc_policy, logs
+from lagwatch import __version__, gc_policy, logs, malloc_policy
 from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
 from lagwatch.errors import ConfigError, exit_code_of
 from lagwatch.matchers import check_pattern
@@ -232,6 +232,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         args.log_format or settings.log_format,
         secrets=logs.secret_values(settings),
     )
+    malloc_policy.configure()  # before the saved state is loaded: its buffers are the first large ones
     stop = threading.Event()
     _on_signals(stop)
     with ExitStack() as cleanup:

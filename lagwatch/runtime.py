@@ -13,6 +13,7 @@ from lagwatch.model import ClusterSnapshot
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation
 
+PUBLISHED_WAIT_S = 10.0  # how long the API waits for a step under way before it answers without its evaluation
 HISTORY_WRITE_HUNG_S = 120.0  # a history save (about 0.3 s at 100k group-partitions) still running after this
 
 
@@ -43,6 +44,17 @@ class ClusterRuntime:
             return None
         running = now_monotonic - self.history_write_started
         return running if running > HISTORY_WRITE_HUNG_S else None
+
+    def published(self, wait_s: float = PUBLISHED_WAIT_S) -> tuple[ClusterSnapshot | None, Evaluation | None]:
+        """The latest poll and its evaluation, as one pair. A step under way has let go of the last evaluation
+        (two at once cost RSS), so this waits for the step to end (about 1 s at 100k group-partitions), up to
+        `wait_s`; then it answers with what there is rather than hang the API."""
+        locked = self.lock.acquire(timeout=wait_s)
+        try:
+            return self.latest, self.evaluation
+        finally:
+            if locked:
+                self.lock.release()
 
     offsets_reader: Any = None  # OffsetsTopicReader (exact clocks), or None where turned off
     # For the lake: the records folded into the history since the last step, which the lake records with the next

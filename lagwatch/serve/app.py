@@ -362,11 +362,10 @@ def _api(app: FastAPI) -> None:
         tags=tags,
     )
     def groups(cluster: str, daemon: DaemonDep) -> Any:
-        rt = _runtime(daemon, cluster)
-        snapshot = rt.latest
-        if snapshot is None or not snapshot.ok:
+        summaries = views.group_summaries(_runtime(daemon, cluster))
+        if summaries is None:
             raise ApiError(503, f"cluster {cluster!r} has no successful poll to show")
-        return [views.group_summary(rt, g.group_id) for g in snapshot.groups]
+        return summaries
 
     # `:path`: a group id may contain "/" (sent raw or as %2F; the server decodes both to "/").
     @app.get(

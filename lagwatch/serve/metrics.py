@@ -7,9 +7,9 @@ Inf: a figure lagwatch does not know is left out.
 from __future__ import annotations
 
 import math
-import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
 
@@ -17,44 +17,75 @@ from lagwatch.alerts import Alert
 from lagwatch.history import GroupMeasure
 from lagwatch.notify.dispatcher import WorkerHealth
 from lagwatch.runtime import ClusterRuntime
+from lagwatch.serve import gzip_join
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class RenderedMetrics:
-    """The per-poll body, kept gzip-compressed: at 100k group-partitions the text is 41 MB, gzipped 1.5 MB
-    (level 1: 0.07 s for 29 MB, measured), and Prometheus asks for gzip. The stream is sync-flushed, not finished:
-    a scrape appends its own lines through a copy of the compressor, so every answer is one gzip stream."""
+    """The per-poll body, kept gzip-compressed (Prometheus asks for gzip; the text is 41 MB at 100k
+    group-partitions, 1.5 MB compressed), without its final block: a scrape appends its own lines and the trailer,
+    so every answer is one gzip stream."""
 
-    def __init__(self, prefix: bytes, compressor: zlib._Compress) -> None:
-        self.prefix = prefix
-        self._compressor = compressor
-        self._lock = threading.Lock()
+    def __init__(self, joined: gzip_join.Joined) -> None:
+        self._joined = joined
 
     def gzip_with(self, tail: bytes) -> bytes:
-        with self._lock:
-            compressor = self._compressor.copy()
-        return self.prefix + compressor.compress(tail) + compressor.flush()
+        return self._joined.gzip_with(tail)
 
     def plain(self) -> bytes:
-        return zlib.decompressobj(wbits=31).decompress(self.prefix)
+        return zlib.decompress(self._joined.gzip_with(b""), wbits=31)
 
 
-def _gzip_writer() -> zlib._Compress:
-    return zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip header and trailer
+class FamilyPart(NamedTuple):
+    """One family's series from one render (a cluster's, or the daemon-wide ones), compressed."""
+
+    name: str
+    header: bytes  # the HELP and TYPE lines, written once however many parts the family has
+    series: bytes | gzip_join.Segment  # text when short (compressed with its neighbours when assembled)
+
+
+SPILL_LINES = 4096  # lines of a family compressed at once: the text of a poll never exists whole
+SHORT = 16384  # a family with less text than this is kept as text: it compresses better with its neighbours
 
 
 class _Family:
-    __slots__ = ("doc", "kind", "labels", "lines", "name")
+    __slots__ = ("_chunks", "_compressor", "_crc", "_size", "doc", "kind", "labels", "lines", "name")
 
     def __init__(self, name: str, kind: str, doc: str, labels: list[str]) -> None:
         self.name = f"lagwatch_{name}" + ("_total" if kind == "counter" else "")
         self.kind, self.doc, self.labels = kind, doc, labels
         self.lines: list[str] = []
+        self._compressor: zlib._Compress | None = None
+        self._chunks: list[bytes] = []
+        self._crc = self._size = 0
+
+    def spill(self) -> None:
+        """Compresses the lines so far. The list is cleared in place: the render's loops hold its `append`."""
+        text = "".join(self.lines).encode()
+        self.lines.clear()
+        if self._compressor is None:
+            self._compressor = gzip_join.compressor()
+        self._chunks.append(self._compressor.compress(text))
+        self._crc = zlib.crc32(text, self._crc)
+        self._size += len(text)
+
+    def part(self) -> FamilyPart:
+        header = f"# HELP {self.name} {self.doc}\n# TYPE {self.name} {self.kind}\n".encode()
+        series: bytes | gzip_join.Segment
+        if self._compressor is None and sum(map(len, self.lines)) < SHORT:
+            series = "".join(self.lines).encode()
+        else:
+            self.spill()
+            assert self._compressor is not None
+            self._chunks.append(self._compressor.flush(zlib.Z_SYNC_FLUSH))
+            series = gzip_join.Segment(b"".join(self._chunks), self._crc, self._size)
+        self.lines, self._compressor, self._chunks = [], None, []
+        return FamilyPart(self.name, header, series)
 
 
 class _Families:
-    """Metric families filled in one pass over every cluster, so each family is written once.
+    """Metric families filled in one pass over a cluster's groups, so each family is written once.
 
     lagwatch writes the text format itself: prometheus-client's generic path (a Sample object per series, then
     generate_latest) costs about 1 s of CPU per 100k series, under the GIL beside the pollers. Values are formatted
@@ -92,6 +123,11 @@ class _Families:
         else:
             family.lines.append(f"{family.name} {_number(value)}\n")
 
+    def spill(self) -> None:
+        for family in self.families.values():
+            if len(family.lines) >= SPILL_LINES:
+                family.spill()
+
     def text(self) -> bytes:
         out: list[str] = []
         for f in self.families.values():
@@ -99,19 +135,32 @@ class _Families:
             out.extend(f.lines)
         return "".join(out).encode()
 
-    def gzip(self) -> RenderedMetrics:
-        """Family by family, so that the whole text never exists at once (only the largest family's)."""
-        compressor = _gzip_writer()
-        chunks = []
-        for f in self.families.values():
-            chunks.append(compressor.compress(f"# HELP {f.name} {f.doc}\n# TYPE {f.name} {f.kind}\n".encode()))
-            chunks.append(compressor.compress("".join(f.lines).encode()))
-            f.lines = []
-        chunks.append(compressor.flush(zlib.Z_SYNC_FLUSH))
-        return RenderedMetrics(b"".join(chunks), compressor)
+    def parts(self) -> list[FamilyPart]:
+        return [f.part() for f in self.families.values()]
 
 
-EMPTY = _Families().gzip()  # before the first poll: no series yet
+def assemble(cluster_parts: Iterable[Sequence[FamilyPart]], daemon_parts: Sequence[FamilyPart]) -> RenderedMetrics:
+    """Each family once, in the order families first appear (clusters in order, then the daemon-wide ones), with
+    every cluster's series of it in a row, as the text format requires."""
+    families: dict[str, tuple[bytes, list[bytes | gzip_join.Segment]]] = {}
+    for parts in (*cluster_parts, daemon_parts):
+        for part in parts:
+            entry = families.get(part.name)
+            if entry is None:
+                entry = families[part.name] = (part.header, [])
+            entry[1].append(part.series)
+    joined = gzip_join.Joiner()
+    for header, series in families.values():
+        joined.add_text(header)
+        for s in series:
+            if isinstance(s, bytes):
+                joined.add_text(s)
+            else:
+                joined.add_segment(s)
+    return RenderedMetrics(joined.join())
+
+
+EMPTY = assemble((), [])  # before the first poll: no series yet
 
 
 def _number(value: float) -> str:
@@ -213,7 +262,9 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     committed_name, lag_name, seconds_name = committed.name, lag.name, lag_seconds.name
     isfinite = math.isfinite
     exported_partitions: set[tuple[str, int]] = set()
-    for group in snap.groups:
+    for i, group in enumerate(snap.groups):
+        if i & 255 == 255:  # every 256 groups, the families' lines so far compressed (2,560 at 10 partitions)
+            f.spill()
         g = group.group_id
         cg = f'{cluster_label},group="{_escape(g)}"'
         f.put(members, cg, len(group.members))
@@ -253,13 +304,25 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             f.put(log_start, ctp, offsets.log_start)
 
 
+def render_cluster(rt: ClusterRuntime) -> list[FamilyPart]:
+    """A cluster's series from its latest poll, kept by the daemon until the cluster's next poll: another
+    cluster's poll re-renders only its own (and the daemon-wide series)."""
+    f = _Families()
+    _cluster(f, rt)
+    return f.parts()
+
+
 def render(
     clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]
 ) -> RenderedMetrics:
+    """Every cluster rendered anew (start-up, tests)."""
+    return assemble([render_cluster(rt) for rt in clusters], render_daemon(alerts, notify_stats))
+
+
+def render_daemon(alerts: Iterable[Alert], notify_stats: dict[str, int]) -> list[FamilyPart]:
+    """The series of no one cluster: alerts and notifications."""
     f = _Families()
     alerts = list(alerts)  # read twice below
-    for rt in clusters:
-        _cluster(f, rt)
     firing = f.gauge("alerts_firing", "Firing alerts by rule and severity", ["cluster", "rule", "severity"])
     counts: dict[tuple[str, str, str], int] = {}
     for a in alerts:
@@ -303,7 +366,7 @@ def render(
             [],
             notify_stats["lake_dropped_rows"],
         )
-    return f.gzip()
+    return f.parts()
 
 
 _NOTIFIER_COUNTERS: tuple[tuple[str, str, Callable[[WorkerHealth], int]], ...] = (

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from lagwatch.alerts import Alert, Silence
+from lagwatch.model import GroupSnapshot
+from lagwatch.rules import Evaluation
 from lagwatch.runtime import ClusterRuntime
 
 
@@ -52,39 +54,22 @@ def silence_view(s: Silence) -> dict[str, Any]:
     }
 
 
-def group_summary(rt: ClusterRuntime, group_id: str) -> dict[str, Any] | None:
-    snap, evaluation = rt.latest, rt.evaluation
+def group_summaries(rt: ClusterRuntime) -> list[dict[str, Any]] | None:
+    """Every group of the latest successful poll, in one pass; None when there is none."""
+    snap, evaluation = rt.published()
+    if snap is None or not snap.ok:
+        return None
+    return [_summary(rt, group, evaluation) for group in snap.groups]
+
+
+def group_detail(rt: ClusterRuntime, group_id: str, alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    snap, evaluation = rt.published()
     if snap is None or not snap.ok:
         return None
     group = next((g for g in snap.groups if g.group_id == group_id), None)
     if group is None:
         return None
     m = evaluation.measures.get(group_id) if evaluation else None
-    expires_at = evaluation.expiries.get(group_id) if evaluation else None
-    return {
-        "cluster": rt.name,
-        "group": group_id,
-        "state": group.state,
-        "kind": group.kind.value,
-        "members": len(group.members),
-        "error": group.error,
-        "lag": m.lag.sum_lag if m else None,
-        "max_lag": m.lag.max_lag if m else None,
-        "max_lag_seconds": m.max_lag_seconds if m else None,
-        "lag_seconds_estimated": m.lag_seconds_estimated if m else None,
-        "eta_s": m.eta_s if m else None,
-        "falling_behind": m.falling_behind if m else None,
-        "production_rate": m.production_rate if m else None,
-        "consumption_rate": m.consumption_rate if m else None,
-        "offsets_expire_at": expires_at,
-    }
-
-
-def group_detail(rt: ClusterRuntime, group_id: str, alerts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    summary = group_summary(rt, group_id)
-    if summary is None:
-        return None
-    m = rt.evaluation.measures.get(group_id) if rt.evaluation else None
     partitions = []
     for pm in m.partitions if m else ():
         p = pm.partition
@@ -105,4 +90,27 @@ def group_detail(rt: ClusterRuntime, group_id: str, alerts: list[dict[str, Any]]
                 "host": p.client_host,
             }
         )
-    return {**summary, "partitions": partitions, "alerts": alerts}
+    return {**_summary(rt, group, evaluation), "partitions": partitions, "alerts": alerts}
+
+
+def _summary(rt: ClusterRuntime, group: GroupSnapshot, evaluation: Evaluation | None) -> dict[str, Any]:
+    group_id = group.group_id
+    m = evaluation.measures.get(group_id) if evaluation else None
+    expires_at = evaluation.expiries.get(group_id) if evaluation else None
+    return {
+        "cluster": rt.name,
+        "group": group_id,
+        "state": group.state,
+        "kind": group.kind.value,
+        "members": len(group.members),
+        "error": group.error,
+        "lag": m.lag.sum_lag if m else None,
+        "max_lag": m.lag.max_lag if m else None,
+        "max_lag_seconds": m.max_lag_seconds if m else None,
+        "lag_seconds_estimated": m.lag_seconds_estimated if m else None,
+        "eta_s": m.eta_s if m else None,
+        "falling_behind": m.falling_behind if m else None,
+        "production_rate": m.production_rate if m else None,
+        "consumption_rate": m.consumption_rate if m else None,
+        "offsets_expire_at": expires_at,
+    }

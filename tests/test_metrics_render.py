@@ -1,0 +1,127 @@
+"""The per-poll /metrics render: each cluster's series kept from its own last poll, compressed as rendered; the
+last evaluation let go before the next step, and the API waiting for the step rather than seeing none."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from lagwatch.config import ClusterConfig, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.model import ClusterSnapshot, TopicPartition
+from lagwatch.serve import metrics
+from lagwatch.serve.app import create_app
+from tests.synthetic import group, snapshot
+
+
+class ManyGroups:
+    """`groups` groups of `partitions` partitions each on one topic per cluster, lagging by their index."""
+
+    def __init__(self, topic: str, groups: int, partitions: int) -> None:
+        self.tps = [TopicPartition(topic, p) for p in range(partitions)]
+        self.groups, self.end = groups, 10_000
+
+    def poll(self) -> ClusterSnapshot:
+        self.end += 100
+        groups = [group(f"g{i}", committed={tp: self.end - i for tp in self.tps}) for i in range(self.groups)]
+        return snapshot(time.time(), groups, {tp: self.end for tp in self.tps})
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    pollers = {"a": ManyGroups("orders", 600, 10), "b": ManyGroups("payments", 3, 2)}
+    cfg = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=30)
+    d = Daemon(
+        load_settings(state_dir=tmp_path, http={"enabled": False}),
+        clusters={"a": cfg, "b": cfg},
+        notifiers={},
+        poller_factory=lambda name, _: pollers[name],
+        reader_factory=None,
+    )
+    yield d
+    d.store.close()
+
+
+def _series(body: bytes, family: str) -> dict[tuple[tuple[str, str], ...], float]:
+    for f in text_string_to_metric_families(body.decode()):
+        if f.name == family:
+            return {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+    return {}
+
+
+def test_every_partition_of_a_large_cluster_is_exported_once_with_its_lag(daemon: Daemon) -> None:
+    """600 groups x 10 partitions: the render compresses the families in pieces as it goes (4,096 lines or more
+    at every 256th group)."""
+    daemon.poll_cluster("a")
+    daemon.poll_cluster("b")
+    lag = _series(daemon.metrics_body(), "lagwatch_partition_lag")
+    assert len(lag) == 600 * 10 + 3 * 2
+    for i in (0, 255, 256, 599):
+        for p in range(10):
+            labels = (("cluster", "a"), ("group", f"g{i}"), ("partition", str(p)), ("topic", "orders"))
+            assert lag[labels] == i
+    names = [f.name for f in text_string_to_metric_families(daemon.metrics_body().decode())]
+    assert len(names) == len(set(names))  # each family once, both clusters' series in it
+
+
+def test_a_cluster_stepping_keeps_its_series_from_its_last_poll_in_the_others_renders(daemon: Daemon) -> None:
+    daemon.poll_cluster("a")
+    daemon.poll_cluster("b")
+    before = _series(daemon.metrics_body(), "lagwatch_group_lag_max")
+    seen: dict[str, Any] = {}
+    step = daemon.pipelines["a"].step
+
+    def step_while_b_polls(snap: ClusterSnapshot) -> Any:
+        seen["evaluation"] = daemon.clusters["a"].evaluation  # let go before this step
+        daemon.poll_cluster("b")  # as b's thread would, in the middle of a's step
+        seen["body"] = daemon.metrics_body()
+        return step(snap)
+
+    daemon.pipelines["a"].step = step_while_b_polls  # type: ignore[method-assign]
+    daemon.poll_cluster("a")
+    assert seen["evaluation"] is None
+    during = _series(seen["body"], "lagwatch_group_lag_max")
+    assert {k: v for k, v in during.items() if ("cluster", "a") in k} == {
+        k: v for k, v in before.items() if ("cluster", "a") in k
+    }
+    assert sum(1 for k in during if ("cluster", "a") in k) == 600
+    # Once stepped, the cached render is the one a fresh render of every cluster gives.
+    cached = daemon.metrics_body()
+    daemon.render_metrics()
+    assert cached == daemon.metrics_body()
+    assert metrics.render(daemon.clusters.values(), [], {}).plain().count(b'lagwatch_partition_lag{cluster="a"') == 6000
+
+
+def test_the_api_waits_for_a_step_under_way_instead_of_answering_without_figures(daemon: Daemon) -> None:
+    daemon.poll_cluster("a")
+    app = create_app()
+    app.state.daemon = daemon
+    client = TestClient(app)
+    answers: list[Any] = []
+    step = daemon.pipelines["a"].step
+
+    def slow_step(snap: ClusterSnapshot) -> Any:
+        asking = threading.Thread(target=lambda: answers.append(client.get("/api/v1/clusters/a/groups/g7").json()))
+        asking.start()
+        asking.join(0.5)
+        assert asking.is_alive()  # waiting for the step: the last evaluation is gone
+        seen = step(snap)
+        daemon.clusters["a"].asking = asking  # type: ignore[attr-defined]
+        return seen
+
+    daemon.pipelines["a"].step = slow_step  # type: ignore[method-assign]
+    daemon.poll_cluster("a")
+    daemon.clusters["a"].asking.join(10)  # type: ignore[attr-defined]
+    (answer,) = answers
+    assert answer["lag"] == 7 * 10 and answer["max_lag"] == 7
+    assert [p["lag"] for p in answer["partitions"]] == [7] * 10
