@@ -80,7 +80,6 @@ class _Family:
             assert self._compressor is not None
             self._chunks.append(self._compressor.flush(zlib.Z_SYNC_FLUSH))
             series = gzip_join.Segment(b"".join(self._chunks), self._crc, self._size)
-        self.lines, self._compressor, self._chunks = [], None, []
         return FamilyPart(self.name, header, series)
 
 
@@ -136,6 +135,7 @@ class _Families:
         return "".join(out).encode()
 
     def parts(self) -> list[FamilyPart]:
+        """Once, when the render is done."""
         return [f.part() for f in self.families.values()]
 
 
@@ -315,7 +315,7 @@ def render_cluster(rt: ClusterRuntime) -> list[FamilyPart]:
 def render(
     clusters: Iterable[ClusterRuntime], alerts: Iterable[Alert], notify_stats: dict[str, int]
 ) -> RenderedMetrics:
-    """Every cluster rendered anew (start-up, tests)."""
+    """Every cluster rendered anew, without the daemon's kept series (the tests)."""
     return assemble([render_cluster(rt) for rt in clusters], render_daemon(alerts, notify_stats))
 
 
