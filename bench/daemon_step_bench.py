@@ -195,15 +195,16 @@ def run(
         timed(poller, "poll", phases)  # the collect phase (0 s for the synthetic poller)
         timed(daemon.pipelines["bench"], "step", phases)
         timed(daemon, "save_alerts", phases)
-        timed(daemon, "save_history", phases)  # the poll thread's part: capturing the history
-        timed(daemon, "_write_history", phases)  # the history writer's: compressing and writing
+        timed(daemon, "save_history", phases)  # the poll thread's part: handing the save to the history writer
+        timed(daemon, "_write_history", phases)  # the history writer's: capturing, compressing and writing
+        timed(history, "capture", phases)  # of it, the capture (under the cluster's lock)
         timed(daemon, "render_metrics", phases)
         totals, gc_per_step, cpu = [], [], []
         runtime = daemon.clusters["bench"]
         for i in range(steps):
-            # A daemon polls every 30 s: the last history write (0.3 s on its own thread) is long done by the next
-            # poll. Back to back, it would still be compressing while this step runs, and this step's save would
-            # be put off: wait for it, outside the timed step.
+            # A daemon polls every 30 s: the last history save (0.4 s on its own thread) is long done by the next
+            # poll. Back to back, it would still be running while this step runs, and this step's save would
+            # be put off: wait for it, outside the timed step (its figures are printed apart).
             if runtime.history_write is not None:
                 runtime.history_write.result()
             t0, gc0, c0 = time.perf_counter(), sum(pauses.seconds), time.thread_time()

@@ -28,7 +28,7 @@ from lagwatch.alerts import AlertBook, Receiver
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
-from lagwatch.history import ClusterHistory, HistoryCapture, compact_records, polls_to_keep
+from lagwatch.history import ClusterHistory, compact_records, polls_to_keep
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
@@ -161,6 +161,17 @@ class Daemon:
         for raw in self.store.read_history(name):
             try:
                 history = ClusterHistory.from_json(raw)
+                # What a restart starts from, and what its memory will be about (0.2 KB a group-partition).
+                log.info(
+                    "history loaded",
+                    extra={
+                        "cluster": name,
+                        "groups": len(history.groups),
+                        "group_partitions": sum(len(t.partitions) for t in history.groups.values()),
+                        "partitions": len(history.log_ends),
+                        "polls": history.polls,
+                    },
+                )
                 break
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 log.error("history unreadable, trying the one saved before", extra={"cluster": name, "error": str(e)})
@@ -172,10 +183,11 @@ class Daemon:
         return history
 
     def save_history(self, runtime: ClusterRuntime, wait_s: float | None = None) -> None:
-        """Captures the history on the calling (poll) thread, then compresses and writes it on the history
-        writer: at 100k group-partitions the capture takes about a quarter of a save. A save still under way
-        when the next one is due puts that one off to the next poll. `wait_s` (a stop): wait that long for the
-        save under way and then for this one; a disk that hangs longer must not hold the stop."""
+        """Hands the save to the history writer, which captures the history under the cluster's lock (between two
+        of its steps), then compresses and writes it: the poll thread is done without it (the capture was 0.15 s
+        of a 100k-group-partition step). A save still under way when the next one is due puts that one off to
+        the next poll. `wait_s` (a stop): wait that long for the save under way and then for this one; a disk
+        that hangs longer must not hold the stop."""
         deadline = time.monotonic() + (wait_s or 0.0)
         under_way = runtime.history_write
         if under_way is not None and not under_way.done() and (wait_s is None or not _wait(under_way, deadline)):
@@ -187,17 +199,19 @@ class Daemon:
                     extra={"cluster": runtime.name, "seconds": round(hung)},
                 )
             return
-        with runtime.lock:
-            capture = runtime.history.capture()
         runtime.history_saved_at = self.clock()  # a failure waits for the next interval, not the next poll
         runtime.history_write_started = time.monotonic()
-        runtime.history_write = self.history_writer.submit(self._write_history, runtime, capture)
+        runtime.history_write = self.history_writer.submit(self._write_history, runtime)
         if wait_s is not None and not _wait(runtime.history_write, deadline):
             log.error("saving history at stop timed out; the previous save stays", extra={"cluster": runtime.name})
 
-    def _write_history(self, runtime: ClusterRuntime, capture: HistoryCapture) -> None:
+    def _write_history(self, runtime: ClusterRuntime) -> None:
         try:
-            self.store.write_history(runtime.name, capture.to_json())
+            with runtime.lock:  # the history as one step left it: steps change it under this lock
+                capture = runtime.history.capture()
+            document = capture.to_json()
+            del capture  # its raw arrays (18 MB at 100k group-partitions) go before the document is written
+            self.store.write_history(runtime.name, document)
         except Exception as e:
             self.state_failures += 1
             if not runtime.history_owed:  # once per streak: a full disk fails this every interval
@@ -303,6 +317,15 @@ class Daemon:
         rendered = {
             name: metrics.render_cluster(rt) for name, rt in self.clusters.items() if cluster is None or name == cluster
         }
+        # Two clusters' polls may end at once: each keeps the other's series, and the daemon-wide series (alerts,
+        # notifications) are read under the same lock, so the last body assembled also has the newest of them.
+        with self._metrics_lock:
+            self._cluster_series.update(rendered)
+            self._metrics = metrics.assemble(
+                [self._cluster_series.get(name, ()) for name in self.clusters], self._render_daemon()
+            )
+
+    def _render_daemon(self) -> list[metrics.FamilyPart]:
         with self.book_lock:
             alerts = list(self.book.alerts.values())
         stats = {
@@ -320,12 +343,7 @@ class Daemon:
                 else {}
             ),
         }
-        daemon_series = metrics.render_daemon(alerts, stats)
-        with self._metrics_lock:  # two clusters' polls may end at once: each keeps the other's series
-            self._cluster_series.update(rendered)
-            self._metrics = metrics.assemble(
-                [self._cluster_series.get(name, ()) for name in self.clusters], daemon_series
-            )
+        return metrics.render_daemon(alerts, stats)
 
     def metrics_body(self) -> bytes:
         """The per-poll body as text (a scrape without gzip, the tests)."""

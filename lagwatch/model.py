@@ -119,4 +119,4 @@ class Finding:
 def alert_key(rule: str, labels: Mapping[str, str]) -> str:
     """Identity of an alert across polls. Severity is not part of it: a warning that becomes critical is the same
     alert, escalated."""
-    return rule + "|" + "|".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return rule + "|" + "|".join([f"{k}={v}" for k, v in sorted(labels.items())])  # a list joins faster

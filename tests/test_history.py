@@ -212,7 +212,9 @@ class _Reference:
         return max(0.0, (last[1] - first[1]) / (last[0] - first[0]))  # type: ignore[operator]
 
 
-def _replay(polls: list[Any]) -> tuple[ClusterHistory, _Reference, float]:
+def _replay(polls: list[Any], group_lags_each_poll: bool = False) -> tuple[ClusterHistory, _Reference, float]:
+    """`group_lags_each_poll`: after every poll, aligned_group_lags for every recent window start (its log ends
+    are memoised per start and poll: an answer must never outlive its poll)."""
     import dataclasses
 
     h, ref, t = ClusterHistory("c"), _Reference(), 0.0
@@ -226,6 +228,11 @@ def _replay(polls: list[Any]) -> tuple[ClusterHistory, _Reference, float]:
         groups = [] if kind == "absent" else [g]
         h.observe(snapshot(t, groups, ends, error="down" if kind == "failed" else None))
         ref.observe(kind, t, committed, assigned, ends)
+        track = h.groups.get("g")
+        if group_lags_each_poll and track is not None:
+            newest = h.poll_times_first + len(h.poll_times) - 1
+            for start in [None, *range(max(h.poll_times_first - 1, newest - 24), newest + 1)]:
+                assert h.aligned_group_lags(track.partitions, start) == _group_lags(h, track.partitions, start)
     return h, ref, t
 
 
@@ -244,13 +251,33 @@ def _windows(h: ClusterHistory, ref: _Reference, now: float) -> None:
                 window = ref.window(tp, since)
                 assert list(zip(*aligned, strict=True)) == [(c, e) for _, c, e in window], (tp, back)
                 assert len(window) >= 2 and window[0][0] <= since
+    if track is not None:
+        for back in (0, 15, 45, 120, 600, 10_000):
+            start = h.window_start(now - back)
+            assert h.aligned_group_lags(track.partitions, start) == _group_lags(h, track.partitions, start), back
+
+
+def _group_lags(h: ClusterHistory, partitions: dict, start: int | None) -> tuple[int, int] | str | None:  # type: ignore[type-arg]
+    """aligned_group_lags by its definition: aligned_window per partition, in order."""
+    first_lag = last_lag = 0
+    for tp, progress in partitions.items():
+        aligned = h.aligned_window(progress, tp, start)
+        if aligned is None:
+            return None
+        committed, ends = aligned
+        if min(committed) != max(committed):
+            return "moved"
+        first_lag += max(0, ends[0] - committed[0])
+        last_lag += max(0, ends[-1] - committed[0])
+    return first_lag, last_lag
 
 
 def test_aligned_windows_are_the_common_case() -> None:
     """Every poll read the group and both log ends: the aligned window is there (the property above is not
     vacuous), and a gap or a missing log end in the window sends the rules back to `window()`."""
     steady = [("ok", {TP: 5, _TP2: 7}, False, False, 30)] * 30
-    h, ref, now = _replay(steady)
+    h, ref, now = _replay(steady, group_lags_each_poll=True)
+    assert h.aligned_group_lags(h.groups["g"].partitions, h.window_start(now - 300)) == (114 + 112, 124 + 122)
     track = h.groups["g"]
     for tp in (TP, _TP2):
         committed, ends = h.aligned_window(track.partitions[tp], tp, h.window_start(now - 300))  # type: ignore[misc]
@@ -272,7 +299,7 @@ def test_rings_keep_exactly_the_samples_the_lists_kept(polls: list[Any]) -> None
     """Windows and consumption rates from the rings equal those from lists of samples, through unreadable and
     vanished groups, failed polls, partitions assigned and not, missing log ends, and past MAX_SAMPLES polls; and
     again after a save and a load."""
-    h, ref, now = _replay(polls)
+    h, ref, now = _replay(polls, group_lags_each_poll=True)
     _windows(h, ref, now)
     _windows(ClusterHistory.from_json(json.loads(json.dumps(h.to_json()))), ref, now)
 

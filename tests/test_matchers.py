@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from lagwatch import matchers
 from lagwatch.alerts import AlertBook, AlertsConfig
@@ -111,3 +113,14 @@ notifiers:
     done = run_lagwatch("check", "--bootstrap-server", "127.0.0.1:9", "--group", "(a)\\1")
     assert done.returncode == 2 and done.stderr.strip().startswith("lagwatch: config error: --group: invalid regex")
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@given(st.text())
+@example("orders\nconsumers")
+@example("")
+def test_the_default_name_filter_keeps_what_re2_full_matches(name: str) -> None:
+    """The default filter answers without RE2; what it keeps is what RE2's `.*` matches whole."""
+    assert NameFilter().matches(name) == matchers.full_match(".*", name)
+    assert NameFilter(include=[".*"], exclude=["x"]).matches(name) == (
+        matchers.full_match(".*", name) and not matchers.full_match("x", name)
+    )

@@ -123,3 +123,28 @@ def test_the_api_waits_for_a_step_under_way_instead_of_answering_without_figures
     (answer,) = answers
     assert answer["lag"] == 7 * 10 and answer["max_lag"] == 7
     assert [p["lag"] for p in answer["partitions"]] == [7] * 10
+
+
+def test_the_daemon_wide_series_published_last_are_the_newest(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two clusters' polls ending at once: a render that waits for the other's assembly must not then publish
+    the daemon-wide figures (alerts, notifications, failures) it read before waiting."""
+    daemon.poll_cluster("a")
+    daemon.poll_cluster("b")
+    rendered = threading.Event()
+    render_cluster = metrics.render_cluster
+
+    def render_and_say(rt: Any) -> Any:
+        parts = render_cluster(rt)
+        rendered.set()
+        return parts
+
+    monkeypatch.setattr(metrics, "render_cluster", render_and_say)
+    with daemon._metrics_lock:  # the other cluster's thread assembling
+        polling_a = threading.Thread(target=daemon.render_metrics, args=("a",))
+        polling_a.start()
+        assert rendered.wait(10)
+        time.sleep(0.3)  # a's thread now waits for the lock
+        daemon.state_failures += 1  # what the other thread changed meanwhile
+    polling_a.join(10)
+    failures = _series(daemon.metrics_body(), "lagwatch_state_save_failures")
+    assert list(failures.values()) == [1]

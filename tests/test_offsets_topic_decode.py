@@ -27,6 +27,7 @@ from lagwatch.offsets_topic.decode import (
     OtherRecord,
     Record,
     Undecodable,
+    WireReader,
     decode_record,
 )
 from tests.conftest import KAFKA_VERSION, unique, wait_for
@@ -750,3 +751,11 @@ def test_record_versions_the_broker_writes(
         assert {v for (kind, v) in value_versions if kind == "OffsetCommit"} == {4}
         assert {v for (kind, v) in value_versions if kind == "GroupMetadata"} == {3}
         assert not {0} & set(key_versions)  # the legacy offset commit key is read, never written
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=8))
+def test_unsigned_varints_read_back_whatever_their_length(values: list[int]) -> None:
+    """One byte (under 0x80) is read at once, longer ones byte by byte: 127, 128 (0x80 0x01) and the rest alike."""
+    reader = WireReader(b"".join(uvarint(v) for v in [127, 128, 16384, *values]))
+    assert [reader.uvarint() for _ in range(3 + len(values))] == [127, 128, 16384, *values]
+    assert reader.remaining() == 0

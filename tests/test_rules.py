@@ -266,6 +266,9 @@ class _GeneralPathOnly(ClusterHistory):
     def aligned_window(self, *args: object) -> None:  # type: ignore[override]
         return None
 
+    def aligned_group_lags(self, *args: object) -> None:  # type: ignore[override]
+        return None
+
 
 _WINDOW_POLL = st.tuples(
     st.sampled_from(["ok"] * 8 + ["unreadable", "failed"]),
@@ -348,8 +351,8 @@ def test_a_stopped_simple_group_is_found_through_aligned_windows() -> None:
     answers: list[bool] = []
 
     class Counting(ClusterHistory):
-        def aligned_window(self, *args: object):  # type: ignore[no-untyped-def]
-            got = super().aligned_window(*args)  # type: ignore[arg-type]
+        def aligned_group_lags(self, *args: object):  # type: ignore[no-untyped-def]
+            got = super().aligned_group_lags(*args)  # type: ignore[arg-type]
             answers.append(got is not None)
             return got
 

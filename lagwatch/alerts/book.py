@@ -238,6 +238,8 @@ class AlertBook:
         return "|".join(f"{k}={v}" for k, v in labels.items()), labels
 
     def silenced(self, alert: Alert, now: float) -> Silence | None:
+        if not self.silences:  # asked for every firing alert at every poll: no labels built for nothing
+            return None
         labels = alert.matchable()
         return next((s for s in self.silences if s.active(now) and s.matches(labels)), None)
 

@@ -24,6 +24,7 @@ class LagTime(NamedTuple):
 
 
 UNKNOWN = LagTime(None)
+_new_tuple = tuple.__new__
 _MISSING = object()
 CAUGHT_UP = LagTime(0.0)
 
@@ -69,8 +70,11 @@ def lag_seconds(
         return UNKNOWN
     if committed >= log_end:
         return CAUGHT_UP  # caught up is 0 s, whatever the history
+    # LagTime built with tuple.__new__ and every field, and no max() call: this runs for every lagging
+    # group-partition at every poll, and a NamedTuple's own __new__ is a Python function (half of this call).
     if written_at is not None and math.isfinite(written_at):
-        return LagTime(max(0.0, now - written_at), exact=True)
+        seconds = now - written_at
+        return _new_tuple(LagTime, (seconds if seconds > 0.0 else 0.0, False, True))
     if timeline is None:
         return LagTime(None)
     produced = timeline.produced_at(committed)
@@ -80,7 +84,7 @@ def lag_seconds(
     seconds = now - at
     if not math.isfinite(seconds):
         return LagTime(None)
-    return LagTime(max(0.0, seconds), estimated)
+    return _new_tuple(LagTime, (seconds if seconds > 0.0 else 0.0, estimated, False))
 
 
 def measure_group(

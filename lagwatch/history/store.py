@@ -21,7 +21,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from lagwatch.history.rings import NO_VALUE, NOT_SAMPLED, PollRing
 from lagwatch.history.timeline import LogEndTimeline
@@ -191,6 +191,9 @@ def compact_records(records: list[Record]) -> list[Record]:
     return kept
 
 
+_UNASKED: Any = object()  # a partition whose log-end bounds were not asked yet at this poll
+
+
 @dataclass
 class ClusterHistory:
     cluster: str
@@ -209,6 +212,11 @@ class ClusterHistory:
     poll_times: array[float] = field(default_factory=lambda: array("d"))
     poll_times_first: int = 1
     log_ends: dict[TopicPartition, PollRing] = field(default_factory=dict)
+    # aligned_group_lags' log-end bounds at the newest poll (`_bounds_newest`), per window start and partition.
+    _bounds: dict[int, dict[TopicPartition, tuple[int, int] | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _bounds_newest: int = field(default=0, init=False, repr=False, compare=False)
 
     def window(self, progress: PartitionProgress, tp: TopicPartition, since: float) -> list[Sample]:
         """`tp`'s samples from the last one at or before `since` to now (so the window is fully covered); all of
@@ -260,6 +268,54 @@ class ClusterHistory:
         if min(committed) <= NO_VALUE or min(log_ends) <= NO_VALUE:  # the sentinels are below every offset
             return None
         return committed, log_ends
+
+    def aligned_group_lags(
+        self, partitions: dict[TopicPartition, PartitionProgress], start: int | None
+    ) -> tuple[int, int] | Literal["moved"] | None:
+        """A group's summed lag at poll `start` and at the newest, from `aligned_window`'s slices: None when one
+        partition's window is not aligned (the caller takes the Sample path), "moved" when a partition's committed
+        offset changed within its window (that decides alone, whatever the others' windows are: the checks come
+        in aligned_window's order). Its log ends are looked at once per partition and poll, not per group."""
+        newest = self.poll_times_first + len(self.poll_times) - 1
+        if start is None or start >= newest:
+            return None if partitions else (0, 0)  # aligned_window's answer for each of them: none
+        if newest != self._bounds_newest:
+            self._bounds.clear()
+            self._bounds_newest = newest
+        bounds = self._bounds.get(start)
+        if bounds is None:
+            bounds = self._bounds[start] = {}
+        first_lag = last_lag = 0
+        for tp, progress in partitions.items():
+            ring = progress.committed
+            values, first = ring.values, ring.first
+            if first > start or first + len(values) - 1 != newest:
+                return None
+            ends = bounds.get(tp, _UNASKED)
+            if ends is _UNASKED:
+                ends = bounds[tp] = self._aligned_log_ends(tp, start, newest)
+            if ends is None:
+                return None
+            committed = values[start - first :]
+            offset = min(committed)
+            if offset <= NO_VALUE:  # the sentinels are below every offset
+                return None
+            if offset != max(committed):
+                return "moved"
+            first_end, last_end = ends
+            first_lag += first_end - offset if first_end > offset else 0
+            last_lag += last_end - offset if last_end > offset else 0
+        return first_lag, last_lag
+
+    def _aligned_log_ends(self, tp: TopicPartition, start: int, newest: int) -> tuple[int, int] | None:
+        """The log-end half of aligned_window: the first and last log end of the window, None if not aligned."""
+        ends = self.log_ends.get(tp)
+        if ends is None or ends.first > start or ends.first + len(ends.values) - 1 != newest:
+            return None
+        window = ends.values[start - ends.first :]
+        if min(window) <= NO_VALUE:
+            return None
+        return window[0], window[-1]
 
     def consumption_rate(self, progress: PartitionProgress, since: float, start: int | None = None) -> float | None:
         """Committed records/s from the last sample at or before `since` to the newest (samples without a commit
@@ -357,14 +413,32 @@ class ClusterHistory:
     def commit_clock(self, group_id: str, tp: TopicPartition) -> Clock | None:
         """When `tp`'s committed offset was last committed. The coordinator's own commit time where it was read
         (also for the same offset committed again); else when a poll saw the offset change."""
+        clocks = self.commit_clocks(group_id, (tp,))
+        return clocks[0][1] if clocks else None
+
+    def commit_clocks(self, group_id: str, tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
+        """(tp, commit_clock(group_id, tp)) for each of `tps` that has one, in their order, with the group's own
+        lookups made once (the expiry outlook asks for every committed partition of a group at every poll)."""
         track = self.groups.get(group_id)
-        polled = track.partitions[tp].last_commit_change if track and tp in track.partitions else None
-        exact = self.exact.commit_time(group_id, tp)
-        if exact is None:
-            return polled
-        if polled is not None and polled.observed and polled.since > exact:
-            return polled  # committed again after the last record read: the poll saw it first
-        return Clock(exact, observed=True)
+        progresses = track.partitions if track else {}
+        commits = self.exact.commits.get(group_id)
+        removed = self.exact.removed_commits
+        clocks = []
+        for tp in tps:
+            progress = progresses.get(tp)
+            polled = progress.last_commit_change if progress is not None else None
+            exact = commits.get(tp) if commits else None
+            if exact is None and removed:
+                exact = removed.get((group_id, tp))
+            if exact is None:
+                clock = polled
+            elif polled is not None and polled.observed and polled.since > exact:
+                clock = polled  # committed again after the last record read: the poll saw it first
+            else:
+                clock = Clock(exact, observed=True)
+            if clock is not None:
+                clocks.append((tp, clock))
+        return clocks
 
     def empty_clock(self, group_id: str) -> Clock | None:
         """When this (classic) group became Empty: from its group metadata record where read, else as polled."""
@@ -476,8 +550,10 @@ class ClusterHistory:
         return self.capture().to_json()
 
     def capture(self) -> HistoryCapture:
-        """The history as it is now, detached from it: the part of a save that must see the history unchanging
-        (a quarter of it at 100k group-partitions); compressing and writing can then happen elsewhere."""
+        """The history as it is now, detached from it: the part of a save that must see the history unchanging.
+        The arrays are compressed straight from the history's own, a megabyte at a time (joined first, they were
+        a transient copy of 18 MB at 100k group-partitions, the daemon's peak RSS); encoding and writing can
+        then happen elsewhere."""
         arrays = _ArrayWriter()
         document = {
             "schema_version": HISTORY_SCHEMA_VERSION,
@@ -496,7 +572,7 @@ class ClusterHistory:
             "group_partitions": len(arrays.columns.partition),
             "byteorder": "little",
         }
-        return HistoryCapture(document, arrays.join())  # last: after every array was named above
+        return HistoryCapture(document, arrays.compressed())  # last: after every array was named above
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClusterHistory:
@@ -545,13 +621,10 @@ def _little_endian(values: array[Any]) -> array[Any]:
 @dataclass(frozen=True)
 class HistoryCapture:
     document: dict[str, Any]
-    arrays: bytes
+    arrays: bytes  # zlib-compressed
 
     def to_json(self) -> dict[str, Any]:
-        # zlib level 1: offsets of one partition share their high bytes; level 1 gets most of that, fast (and it
-        # lets go of the GIL: the daemon compresses on its history writer while the next poll runs).
-        encoded = base64.b64encode(zlib.compress(self.arrays, 1)).decode("ascii")
-        return {**self.document, "arrays": encoded}
+        return {**self.document, "arrays": base64.b64encode(self.arrays).decode("ascii")}
 
 
 @dataclass
@@ -609,9 +682,20 @@ class _ArrayWriter:
         self.parts.append(values)
         return len(values)
 
-    def join(self) -> bytes:
-        parts = [*self.parts, *self.columns.fields(), *self.columns.rings]
-        return b"".join(_little_endian(a) for a in parts)  # arrays are buffers: no copy of each
+    def compressed(self, chunk_bytes: int = 1 << 20) -> bytes:
+        """Every array named, in order, as one zlib stream. Level 1: offsets of one partition share their high
+        bytes, and level 1 gets most of that, fast. The many small arrays (a ring per group-partition) are
+        gathered into chunks: a compress call each would cost more than the copy."""
+        compressor = zlib.compressobj(1)
+        out, chunk = [], bytearray()
+        for values in (*self.parts, *self.columns.fields(), *self.columns.rings):
+            chunk += _little_endian(values)
+            if len(chunk) >= chunk_bytes:
+                out.append(compressor.compress(chunk))
+                chunk.clear()
+        out.append(compressor.compress(chunk))
+        out.append(compressor.flush())
+        return b"".join(out)
 
 
 class _ArrayReader:

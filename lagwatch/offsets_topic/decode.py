@@ -18,6 +18,7 @@ length + 1) and a tagged-fields section after each struct. A null value is a tom
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -153,6 +154,15 @@ class WireReader:
             return None
         return fixed.unpack_from(self._buf, self._pos)
 
+    def peek_run(self, fixed: struct.Struct, count: int) -> Iterator[tuple[Any, ...]] | None:
+        """The next `count` records as if each were `fixed`, unpacked lazily from the current position, which does
+        not move; None when fewer bytes are left. The caller stops at the first record that is not of that
+        shape (the ones after it are misread) and skips what it took."""
+        size = fixed.size * count
+        if size > len(self._buf) - self._pos:
+            return None
+        return fixed.iter_unpack(self._buf[self._pos : self._pos + size])
+
     def skip(self, n: int) -> None:
         if n > len(self._buf) - self._pos:
             raise self._truncated(n)
@@ -186,6 +196,9 @@ class WireReader:
     def uvarint(self) -> int:
         # Kafka's unsigned varints encode an int32: at most 5 bytes of 7 bits each.
         buf, pos = self._buf, self._pos
+        if pos < len(buf) and buf[pos] < 0x80:  # one byte: nearly every length and tag count
+            self._pos = pos + 1
+            return buf[pos]
         result = 0
         for shift in range(0, 35, 7):
             if pos >= len(buf):
@@ -225,10 +238,10 @@ class WireReader:
         return None if length_plus_one == 0 else self._text(length_plus_one - 1)
 
     def compact_string(self) -> str:
-        text = self.compact_nullable_string()
-        if text is None:
+        length_plus_one = self.uvarint()
+        if length_plus_one == 0:
             raise Malformed("null in a non-nullable compact string")
-        return text
+        return self._text(length_plus_one - 1)
 
     def bytes_(self) -> memoryview:
         length = self.int32()

@@ -82,8 +82,7 @@ def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], 
         return [], ""
 
     def last_commit(tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
-        clocks = [(tp, history.commit_clock(g.group_id, tp)) for tp in tps]
-        return [(tp, clock) for tp, clock in clocks if clock is not None]
+        return history.commit_clocks(g.group_id, tps)
 
     if g.kind is GroupKind.CLASSIC and g.state == "Empty":
         empty = history.empty_clock(g.group_id)

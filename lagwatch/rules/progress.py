@@ -160,18 +160,10 @@ def _no_progress_while_lag_grows_aligned(ctx: GroupContext, window: float) -> bo
     window decides alone (False), as in the general path, whatever the others' windows are."""
     assert ctx.track is not None
     history = ctx.history
-    start = history.window_start(ctx.now - window)
-    first_lag = last_lag = 0
-    for tp, progress in ctx.track.partitions.items():
-        aligned = history.aligned_window(progress, tp, start)
-        if aligned is None:
-            return None
-        committed, log_ends = aligned
-        offset = committed[0]
-        if min(committed) != max(committed):
-            return False
-        first_lag += max(0, log_ends[0] - offset)
-        last_lag += max(0, log_ends[-1] - offset)
+    lags = history.aligned_group_lags(ctx.track.partitions, history.window_start(ctx.now - window))
+    if lags is None or lags == "moved":
+        return None if lags is None else False
+    first_lag, last_lag = lags
     return last_lag > first_lag
 
 
