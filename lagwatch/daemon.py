@@ -209,9 +209,7 @@ class Daemon:
         try:
             with runtime.lock:  # the history as one step left it: steps change it under this lock
                 capture = runtime.history.capture()
-            document = capture.to_json()
-            del capture  # its raw arrays (18 MB at 100k group-partitions) go before the document is written
-            self.store.write_history(runtime.name, document)
+            self.store.write_history(runtime.name, capture.to_json())
         except Exception as e:
             self.state_failures += 1
             if not runtime.history_owed:  # once per streak: a full disk fails this every interval

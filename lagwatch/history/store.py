@@ -194,6 +194,15 @@ def compact_records(records: list[Record]) -> list[Record]:
 _UNASKED: Any = object()  # a partition whose log-end bounds were not asked yet at this poll
 
 
+def _aligned(ring: PollRing | None, start: int, newest: int) -> array[int] | None:
+    """The ring's values from poll `start` to the newest when it sampled a value at every one of them, else None
+    (a gap, a missing value: the sentinels are below every offset)."""
+    if ring is None or ring.first > start or ring.first + len(ring.values) - 1 != newest:
+        return None
+    values = ring.values[start - ring.first :]
+    return values if min(values) > NO_VALUE else None
+
+
 @dataclass
 class ClusterHistory:
     cluster: str
@@ -256,16 +265,9 @@ class ClusterHistory:
         newest = self.poll_times_first + len(self.poll_times) - 1
         if start is None or start >= newest:
             return None
-        ring = progress.committed
-        values, first = ring.values, ring.first
-        if first > start or first + len(values) - 1 != newest:
-            return None
-        ends = self.log_ends.get(tp)
-        if ends is None or ends.first > start or ends.first + len(ends.values) - 1 != newest:
-            return None
-        committed = values[start - first :]
-        log_ends = ends.values[start - ends.first :]
-        if min(committed) <= NO_VALUE or min(log_ends) <= NO_VALUE:  # the sentinels are below every offset
+        committed = _aligned(progress.committed, start, newest)
+        log_ends = _aligned(self.log_ends.get(tp), start, newest)
+        if committed is None or log_ends is None:
             return None
         return committed, log_ends
 
@@ -287,35 +289,22 @@ class ClusterHistory:
             bounds = self._bounds[start] = {}
         first_lag = last_lag = 0
         for tp, progress in partitions.items():
-            ring = progress.committed
-            values, first = ring.values, ring.first
-            if first > start or first + len(values) - 1 != newest:
+            committed = _aligned(progress.committed, start, newest)
+            if committed is None:
                 return None
             ends = bounds.get(tp, _UNASKED)
             if ends is _UNASKED:
-                ends = bounds[tp] = self._aligned_log_ends(tp, start, newest)
+                log_ends = _aligned(self.log_ends.get(tp), start, newest)
+                ends = bounds[tp] = None if log_ends is None else (log_ends[0], log_ends[-1])
             if ends is None:
                 return None
-            committed = values[start - first :]
             offset = min(committed)
-            if offset <= NO_VALUE:  # the sentinels are below every offset
-                return None
             if offset != max(committed):
                 return "moved"
             first_end, last_end = ends
             first_lag += first_end - offset if first_end > offset else 0
             last_lag += last_end - offset if last_end > offset else 0
         return first_lag, last_lag
-
-    def _aligned_log_ends(self, tp: TopicPartition, start: int, newest: int) -> tuple[int, int] | None:
-        """The log-end half of aligned_window: the first and last log end of the window, None if not aligned."""
-        ends = self.log_ends.get(tp)
-        if ends is None or ends.first > start or ends.first + len(ends.values) - 1 != newest:
-            return None
-        window = ends.values[start - ends.first :]
-        if min(window) <= NO_VALUE:
-            return None
-        return window[0], window[-1]
 
     def consumption_rate(self, progress: PartitionProgress, since: float, start: int | None = None) -> float | None:
         """Committed records/s from the last sample at or before `since` to the newest (samples without a commit
@@ -421,15 +410,12 @@ class ClusterHistory:
         lookups made once (the expiry outlook asks for every committed partition of a group at every poll)."""
         track = self.groups.get(group_id)
         progresses = track.partitions if track else {}
-        commits = self.exact.commits.get(group_id)
-        removed = self.exact.removed_commits
+        commit_time = self.exact.commit_time
         clocks = []
         for tp in tps:
             progress = progresses.get(tp)
             polled = progress.last_commit_change if progress is not None else None
-            exact = commits.get(tp) if commits else None
-            if exact is None and removed:
-                exact = removed.get((group_id, tp))
+            exact = commit_time(group_id, tp)
             if exact is None:
                 clock = polled
             elif polled is not None and polled.observed and polled.since > exact:

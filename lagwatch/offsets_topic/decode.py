@@ -148,12 +148,6 @@ class WireReader:
         self._pos = start + n
         return self._buf[start : start + n]
 
-    def peek(self, fixed: struct.Struct) -> tuple[Any, ...] | None:
-        """`fixed` unpacked at the current position, which does not move; None when fewer bytes are left."""
-        if fixed.size > len(self._buf) - self._pos:
-            return None
-        return fixed.unpack_from(self._buf, self._pos)
-
     def peek_run(self, fixed: struct.Struct, count: int) -> Iterator[tuple[Any, ...]] | None:
         """The next `count` records as if each were `fixed`, unpacked lazily from the current position, which does
         not move; None when fewer bytes are left. The caller stops at the first record that is not of that
