@@ -1,11 +1,12 @@
-"""Decoding one OffsetFetch v8 answer (every group of a coordinator) into lagwatch's records: kafka-python's
-decoder followed by the records built from its objects (as lagwatch did), against lagwatch's own decoder
-(`lagwatch/collect/offset_fetch.py`), on a real broker's answer, side by side in one run.
+"""Decoding the poll's two big answers into lagwatch's records, kafka-python's decoder followed by the records
+built from its objects (as lagwatch did) against lagwatch's own decoders, on a real broker's answers, side by
+side in one run: one OffsetFetch v8 answer (every group of a coordinator, `lagwatch/collect/offset_fetch.py`) and
+one DescribeGroups v5-6 answer (`lagwatch/collect/describe_groups.py`).
 
 Starts a local Kafka (or uses --bootstrap, on which bench/daemon_step_bench.py or this bench created the groups),
-creates G groups x P partitions, fetches the one answer, checks that both ways give the same committed offsets
-and errors for every group, then times each way --repeat times with the garbage collector off (its pauses
-depend on the rest of the heap, not on the decoder) and prints the medians.
+creates G groups x P partitions, fetches the answers, checks that both ways give the same records and errors for
+every group, then times each way --repeat times with the garbage collector off (its pauses depend on the rest of
+the heap, not on the decoder) and prints the medians.
 
     python bench/offset_fetch_bench.py --groups 10000 --partitions 10
 """
@@ -18,15 +19,18 @@ import io
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import OffsetFetchResponse
 
+from lagwatch.collect.describe_groups import DECODERS
 from lagwatch.collect.offset_fetch import _Decoder
-from lagwatch.collect.wire import GroupAnswers, Wire, _offset_fetch_handler
+from lagwatch.collect.wire import GroupAnswers, Wire, _classic_group, _describe_handler, _offset_fetch_handler
 from lagwatch.config import ClusterConfig
 
 
@@ -34,8 +38,9 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fetch_answer(bootstrap: str) -> tuple[bytes, list[str]]:
-    """The raw body of one OffsetFetch v8 answer for every group on the broker (its header stripped)."""
+def fetch_answers(bootstrap: str) -> tuple[bytes, bytes, int, list[str]]:
+    """The raw bodies (headers stripped) of one OffsetFetch v8 answer and one DescribeGroups answer (the highest
+    version both sides decode) for every group on the broker, asked with kafka-python's own request classes."""
     from kafka.protocol.consumer import OffsetFetchRequest
 
     from lagwatch.collect import ClusterPoller
@@ -47,52 +52,79 @@ def fetch_answer(bootstrap: str) -> tuple[bytes, list[str]]:
         coordinator = poller._coordinators[group_ids[0]]
         wire = Wire(poller._admin, 60000)
         groups = [OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in group_ids]
-        request = OffsetFetchRequest(groups=groups, min_version=8, max_version=8)  # kafka-python's own decoding
+        fetch = OffsetFetchRequest(groups=groups, min_version=8, max_version=8)
+        describe = DescribeGroupsRequest(groups=group_ids, min_version=5, max_version=max(DECODERS))
 
-        async def one() -> Any:
-            return (await wire._send_all([(coordinator, request)]))[0]
+        async def both() -> list[Any]:
+            return await wire._send_all([(coordinator, fetch), (coordinator, describe)])
 
-        response = wire.run(one)
-        response._header = None
-        return bytes(response.encode(version=8)), group_ids
+        fetched, described = wire.run(both)
+        fetched._header = described._header = None
+        version = described.API_VERSION
+        return bytes(fetched.encode(version=8)), bytes(described.encode(version=version)), version, group_ids
     finally:
         poller.close()
 
 
-def kafka_python_way(data: bytes, group_ids: list[str]) -> GroupAnswers:
-    answers = GroupAnswers()
-    _offset_fetch_handler(group_ids, answers)(OffsetFetchResponse.decode(memoryview(data), version=8))
-    return answers
-
-
-def lagwatch_way(data: bytes, group_ids: list[str]) -> GroupAnswers:
-    answers = GroupAnswers()
-    _offset_fetch_handler(group_ids, answers)(_Decoder.decode(io.BytesIO(data)))
-    return answers
-
-
-def measure(bootstrap: str, repeat: int) -> None:
-    data, group_ids = fetch_answer(bootstrap)
-    theirs, ours = kafka_python_way(data, group_ids), lagwatch_way(data, group_ids)
-    partitions = sum(len(c) for c in ours.committed.values())
-    same = theirs.committed == ours.committed and theirs.errors.keys() == ours.errors.keys()
-    print(f"\none OffsetFetch v8 answer: {len(data):,} bytes, {len(group_ids):,} groups, {partitions:,} partitions")
-    print(f"  both decoders give the same committed offsets and errors: {same}")
-    if not same:
-        raise SystemExit("the decoders disagree")
-    times: dict[str, list[float]] = {"kafka-python + records": [], "lagwatch's decoder": []}
+def time_both(repeat: int, ways: dict[str, Any]) -> None:
+    times: dict[str, list[float]] = {name: [] for name in ways}
     gc.disable()
     try:
         for i in range(repeat):
-            for name, way in (("kafka-python + records", kafka_python_way), ("lagwatch's decoder", lagwatch_way)):
+            for name, way in ways.items():
                 t0 = time.perf_counter()
-                way(data, group_ids)
+                way()
                 times[name].append(time.perf_counter() - t0)
             say(f"  round {i + 1}/{repeat}")
     finally:
         gc.enable()
     for name, values in times.items():
         print(f"  {name:<24} median {statistics.median(values) * 1000:7.1f} ms  ({repeat} runs, GC off)")
+
+
+def offset_fetch(data: bytes, group_ids: list[str], ours: bool) -> GroupAnswers:
+    answers = GroupAnswers()
+    response = _Decoder.decode(io.BytesIO(data)) if ours else OffsetFetchResponse.decode(memoryview(data), version=8)
+    _offset_fetch_handler(group_ids, answers)(response)
+    return answers
+
+
+def describe_groups(data: bytes, version: int, group_ids: list[str], ours: bool) -> GroupAnswers:
+    answers = GroupAnswers()
+    response = (
+        DECODERS[version].decode(io.BytesIO(data))
+        if ours
+        else DescribeGroupsResponse.decode(memoryview(data), version=version)
+    )
+    _describe_handler(group_ids, answers, _classic_group)(response)
+    return answers
+
+
+def measure(bootstrap: str, repeat: int) -> None:
+    fetched, described, version, group_ids = fetch_answers(bootstrap)
+    answers = (
+        (f"OffsetFetch v8 answer: {len(fetched):,} bytes", lambda ours: offset_fetch(fetched, group_ids, ours)),
+        (
+            f"DescribeGroups v{version} answer: {len(described):,} bytes",
+            lambda ours: describe_groups(described, version, group_ids, ours),
+        ),
+    )
+    for title, decode in answers:
+        theirs, ours = decode(False), decode(True)
+        partitions = sum(len(c) for c in ours.committed.values())
+        same = (theirs.committed, theirs.described, theirs.errors.keys()) == (
+            ours.committed,
+            ours.described,
+            ours.errors.keys(),
+        )
+        print(f"\none {title}, {len(group_ids):,} groups, {partitions:,} committed partitions")
+        print(f"  both decoders give the same records and errors: {same}")
+        if not same:
+            raise SystemExit("the decoders disagree")
+        time_both(
+            repeat,
+            {"kafka-python + records": partial(decode, False), "lagwatch's decoder": partial(decode, True)},
+        )
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from lagwatch.alerts import Alert
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import ClusterSnapshot, TopicPartition
@@ -148,3 +149,33 @@ def test_the_daemon_wide_series_published_last_are_the_newest(daemon: Daemon, mo
     polling_a.join(10)
     failures = _series(daemon.metrics_body(), "lagwatch_state_save_failures")
     assert list(failures.values()) == [1]
+
+
+def test_firing_alerts_are_counted_per_rule_and_exported_once_per_group() -> None:
+    """alerts_firing counts firing alerts per cluster, rule and severity; group_alerts_firing is 1 per firing alert
+    of a group, labels escaped; pending and resolved alerts and alerts of no group are not in it."""
+
+    def alert(key: str, group: str | None, rule: str, severity: str, state: str) -> Alert:
+        return Alert(key, rule, severity, "c1", group, {}, "", {}, None, 0.0, state, 0.0, 0.0)
+
+    alerts = [
+        alert("1", "orders", "lag", "warning", "firing"),
+        alert("2", 'we"ird\\name', "lag", "critical", "firing"),
+        alert("3", "orders", "stopped", "critical", "firing"),
+        alert("4", "refunds", "lag", "warning", "pending"),
+        alert("5", "refunds", "stopped", "warning", "resolved"),
+        alert("6", None, "cluster_unreachable", "critical", "firing"),
+    ]
+    body = metrics.assemble([], metrics.render_daemon(alerts, {})).plain()
+    per_group = _series(body, "lagwatch_group_alerts_firing")
+    assert per_group == {
+        (("cluster", "c1"), ("group", "orders"), ("rule", "lag"), ("severity", "warning")): 1.0,
+        (("cluster", "c1"), ("group", 'we"ird\\name'), ("rule", "lag"), ("severity", "critical")): 1.0,
+        (("cluster", "c1"), ("group", "orders"), ("rule", "stopped"), ("severity", "critical")): 1.0,
+    }
+    assert _series(body, "lagwatch_alerts_firing") == {
+        (("cluster", "c1"), ("rule", "lag"), ("severity", "critical")): 1.0,
+        (("cluster", "c1"), ("rule", "lag"), ("severity", "warning")): 1.0,
+        (("cluster", "c1"), ("rule", "stopped"), ("severity", "critical")): 1.0,
+        (("cluster", "c1"), ("rule", "cluster_unreachable"), ("severity", "critical")): 1.0,
+    }

@@ -401,3 +401,17 @@ def test_a_window_longer_than_64_polls_is_judged() -> None:
             evaluation = p.step(snapshot(i * 30, [group(committed={TP: 5})], {TP: 10 + i}))
         fired[keep] = "stalled" in rules_of(evaluation)
     assert fired == {64: False, 82: True}
+
+
+def test_a_rewind_of_several_partitions_lists_them_in_order() -> None:
+    """The summary and the details name the partitions in order, however the history came to see them (the
+    order was the hash order of a set, different after every restart)."""
+    tps = [TopicPartition("orders", p) for p in (7, 2, 11, 0, 5)]
+    p = Pipeline({"rewind": {"window_s": 60}})
+    p.step(snapshot(0, [group(committed=dict.fromkeys(tps, 500))], dict.fromkeys(tps, 500)))
+    evaluation = p.step(
+        snapshot(30, [group(committed={tp: 100 + tp.partition for tp in tps})], dict.fromkeys(tps, 500))
+    )
+    (finding,) = [f for f in evaluation.findings if f.rule == "rewind"]
+    assert "(0: 500 -> 100, 2: 500 -> 102, 5: 500 -> 105, 7: 500 -> 107, 11: 500 -> 111)" in finding.summary
+    assert [row["partition"] for row in finding.details["partitions"]] == [0, 2, 5, 7, 11]  # type: ignore[index,attr-defined]

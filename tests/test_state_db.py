@@ -45,6 +45,11 @@ def test_a_delivery_writes_one_row_not_the_whole_state(tmp_path: Path) -> None:
     raw = again.read_alerts()
     restored = AlertBook.from_json(AlertsConfig(), raw["book"], (Receiver("log"),))
     assert len(restored.alerts) == 1000 and len(Outbox.from_json(raw["outbox"]).deliveries) == 999
+    # After a restart, what was read counts as written: the same state saves nothing, one change one row.
+    outbox = Outbox.from_json(raw["outbox"])
+    assert again.save_alerts(restored, outbox) == 0
+    next(iter(restored.alerts.values())).state = "resolved"
+    assert again.save_alerts(restored, outbox) == 1
     again.close()
 
 

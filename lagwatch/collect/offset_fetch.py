@@ -17,13 +17,12 @@ ValueError, which kafka-python treats as it treats its own decoding errors.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
-from kafka.protocol.api_header import RequestHeader, ResponseClassRegistry
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
+from lagwatch.collect.own_answers import OwnAnswer, register
 from lagwatch.model import CommittedOffset, TopicPartition
-from lagwatch.offsets_topic.decode import Malformed, WireReader
+from lagwatch.offsets_topic.decode import WireReader
 
 VERSION = 8
 # A partition with empty metadata and no tagged fields, as nearly all are: index, offset, leader epoch, the
@@ -46,29 +45,7 @@ class OffsetFetchAnswer:
         return f"OffsetFetchAnswer(groups={len(self.groups)})"
 
 
-class _Decoder:
-    """What kafka-python asks of a response class: its header, then its body."""
-
-    @staticmethod
-    def parse_header(buffer: Any) -> Any:
-        return OffsetFetchResponse.parse_header(buffer, version=VERSION)
-
-    @staticmethod
-    def decode(buffer: Any) -> OffsetFetchAnswer:
-        try:
-            return decode(buffer.read())
-        except Malformed as e:
-            raise ValueError(f"malformed OffsetFetch v{VERSION} answer: {e}") from e
-
-
-class _Header(RequestHeader, init=False):  # type: ignore[call-arg,misc]
-    def get_response_class(self) -> Any:
-        if self.request_api_version == VERSION:
-            return _Decoder
-        return ResponseClassRegistry.get_response_class(self)
-
-
-class OffsetFetchV8Request(OffsetFetchRequest, init=False):  # type: ignore[call-arg,misc]
+class OffsetFetchV8Request(OwnAnswer, OffsetFetchRequest, init=False):  # type: ignore[call-arg,misc]
     """kafka-python's OffsetFetchRequest (sent, counted and retried by kafka-python), for every committed offset of
     `group_ids`, encoded by lagwatch: kafka-python built an object per group and encoded them one field at a time,
     8 % of a poll at 10,000 groups. Its v8 answer is decoded by `decode`."""
@@ -77,17 +54,9 @@ class OffsetFetchV8Request(OffsetFetchRequest, init=False):  # type: ignore[call
         super().__init__(groups=[], require_stable=False, min_version=VERSION, max_version=VERSION)
         self.group_ids = group_ids
 
-    def with_header(self, correlation_id: int = 0, client_id: str = "kafka-python") -> None:
-        self._header = _Header(
-            request_api_key=self.API_KEY,
-            request_api_version=self.API_VERSION,  # type: ignore[has-type]
-            correlation_id=correlation_id,
-            client_id=client_id,
-        )
-
     def encode(self, version: int | None = None, header: bool = False, framed: bool = False) -> bytes:
         """The bytes kafka-python would send for OffsetFetchRequest(groups=[{group_id, topics: null}...]) v8."""
-        if (version if version is not None else self.API_VERSION) != VERSION:  # type: ignore[has-type]
+        if (version if version is not None else self.API_VERSION) != VERSION:
             raise ValueError(f"OffsetFetchV8Request encodes version {VERSION} only")
         self.API_VERSION = VERSION
         parts = [self.encode_header(flexible=True)] if header else []
@@ -167,3 +136,6 @@ def decode(data: bytes) -> OffsetFetchAnswer:
     r.skip_tagged_fields()
     r.expect_end("OffsetFetch answer")
     return OffsetFetchAnswer(throttle, groups)
+
+
+_Decoder = register(OffsetFetchResponse, VERSION, decode)

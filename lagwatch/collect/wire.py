@@ -21,6 +21,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.record import MemoryRecords
 
+from lagwatch.collect.describe_groups import DescribeGroupsAnswer, OwnDescribeGroupsRequest
 from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest
 from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request
 from lagwatch.model import CommittedOffset, Member, TopicPartition
@@ -163,11 +164,13 @@ class Wire:
         DescribeGroups does not know), and one OffsetFetch for all of them."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
+        own_describe = self.api_version(DescribeGroupsRequest) >= 5  # answers lagwatch decodes itself
         for coordinator, group_ids in by_coordinator.items():
             classic = [g for g in group_ids if g not in kip848]
             modern = [g for g in group_ids if g in kip848]
             if classic:
-                requests.append((coordinator, DescribeGroupsRequest(groups=classic)))
+                describe = OwnDescribeGroupsRequest(classic) if own_describe else DescribeGroupsRequest(groups=classic)
+                requests.append((coordinator, describe))
                 handlers.append(_describe_handler(classic, answers, _classic_group))
             if modern:
                 requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=modern)))
@@ -352,6 +355,9 @@ def _describe_handler(
             for g in group_ids:
                 answers.errors.setdefault(g, response)
             return
+        if isinstance(response, DescribeGroupsAnswer):  # v5-6, decoded by lagwatch
+            _take_described(response, answers)
+            return
         for g in response.groups:
             error = Errors.for_code(g.error_code)
             if error is not Errors.NoError:
@@ -368,6 +374,22 @@ def _classic_group(g: Any) -> DescribedGroup:
         protocol_type=g.protocol_type or "",
         members=tuple([_member(m, g.protocol_type) for m in g.members]) if g.members else (),
     )
+
+
+def _take_described(response: DescribeGroupsAnswer, answers: GroupAnswers) -> None:
+    # Groups without members (nearly all at scale: Empty groups) share one record per state and protocol type.
+    memberless: dict[tuple[str, str], DescribedGroup] = {}
+    for g in response.groups:
+        if g.error_code:
+            answers.errors.setdefault(g.group_id, Errors.for_code(g.error_code)(g.error_message or ""))
+        elif g.members:
+            members = tuple([_member(m, g.protocol_type) for m in g.members])
+            answers.described[g.group_id] = DescribedGroup(g.state, g.protocol_type, members)
+        else:
+            described = memberless.get((g.state, g.protocol_type))
+            if described is None:
+                described = memberless[(g.state, g.protocol_type)] = DescribedGroup(g.state, g.protocol_type, ())
+            answers.described[g.group_id] = described
 
 
 def _kip848_group(g: Any) -> DescribedGroup:

@@ -289,17 +289,24 @@ class ClusterHistory:
             bounds = self._bounds[start] = {}
         first_lag = last_lag = 0
         for tp, progress in partitions.items():
-            committed = _aligned(progress.committed, start, newest)
-            if committed is None:
+            # _aligned inlined: one count() tells both "sampled at every poll" and "never moved" when the
+            # committed offset stayed put, as it does for the groups this rule is about (min() only otherwise).
+            ring = progress.committed
+            first, values = ring.first, ring.values
+            if first > start or first + len(values) - 1 != newest:
                 return None
+            committed = values[start - first :]
+            offset = committed[-1]
+            still = committed.count(offset) == len(committed)
+            if (offset if still else min(committed)) <= NO_VALUE:
+                return None  # a poll without a sample, or without a commit
             ends = bounds.get(tp, _UNASKED)
             if ends is _UNASKED:
                 log_ends = _aligned(self.log_ends.get(tp), start, newest)
                 ends = bounds[tp] = None if log_ends is None else (log_ends[0], log_ends[-1])
             if ends is None:
                 return None
-            offset = min(committed)
-            if offset != max(committed):
+            if not still:
                 return "moved"
             first_end, last_end = ends
             first_lag += first_end - offset if first_end > offset else 0

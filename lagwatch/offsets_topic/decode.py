@@ -135,6 +135,9 @@ class WireReader:
         self._buf = memoryview(data)
         self._pos = 0
 
+    def tell(self) -> int:
+        return self._pos
+
     def remaining(self) -> int:
         return len(self._buf) - self._pos
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
-from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot, alert_key
+from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot
 from lagwatch.rules.settings import RuleResolver, RuleSet
 
 if TYPE_CHECKING:
@@ -66,20 +66,16 @@ class GroupContext:
             return self.group_rules
         return self.resolver.resolve(self.snapshot.cluster, self.group.group_id, topic)
 
-    def labels(self, topic: str | None = None) -> dict[str, str]:
-        _, route = self.rules(topic)
-        labels = {**route, "cluster": self.cluster, "group": self.group.group_id}
-        if topic is not None:
-            labels["topic"] = topic
-        return labels
+    def labels(self, topic: str | None = None) -> Mapping[str, str]:
+        return self._labels_and_key(topic)[0]
+
+    def _labels_and_key(self, topic: str | None) -> tuple[Mapping[str, str], str]:
+        """The labels of this group's alerts about `topic` and their part of alert_key (kept by the resolver)."""
+        return self.resolver.labels(self.snapshot.cluster, self.group.group_id, topic)
 
     def _key(self, rule: str, topic: str | None) -> str:
-        """alert_key(rule, labels(topic)), with the labels' part built once per topic (rules ask for it often)."""
-        memo_key = f"key:{topic}"
-        suffix = self.memo.get(memo_key)
-        if suffix is None:
-            suffix = self.memo[memo_key] = alert_key("", self.labels(topic))
-        return rule + suffix
+        """alert_key(rule, labels(topic))."""
+        return rule + self._labels_and_key(topic)[1]
 
     def active_severity(self, rule: str, topic: str | None = None) -> str | None:
         """Severity of the alert this rule would raise here, if it is already pending or firing."""
@@ -95,14 +91,16 @@ class GroupContext:
         for_s: float = 0.0,
         runbook_url: str | None = None,
     ) -> Finding:
+        labels, key_suffix = self._labels_and_key(topic)
         return Finding(
             rule=rule,
             severity=severity,
             cluster=self.cluster,
             group=self.group.group_id,
-            labels=self.labels(topic),
+            labels=labels,
             summary=summary,
-            details=dict(details or {}),
+            details=details if details is not None else {},  # each rule builds its own: no copy
             for_s=for_s,
             runbook_url=runbook_url,
+            key=rule + key_suffix,
         )

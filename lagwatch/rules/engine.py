@@ -90,9 +90,13 @@ def _poll_problem(
     resolver: RuleResolver, cluster: str, group: str | None, rule: str, summary: str, details: Mapping[str, object]
 ) -> list[Finding]:
     """A cluster or group that could not be read: one finding, routed by the labels in force for it."""
-    rules, route = resolver.resolve(cluster, group)
+    rules, _ = resolver.resolve(cluster, group)
     cfg = getattr(rules, rule)
     if not cfg.enabled:
         return []
-    labels = {**route, "cluster": cluster, **({"group": group} if group is not None else {})}
-    return [Finding(rule, cfg.severity, cluster, group, labels, summary, details, cfg.for_s, cfg.runbook_url)]
+    labels, key_suffix = resolver.labels(cluster, group, None)
+    return [
+        Finding(
+            rule, cfg.severity, cluster, group, labels, summary, details, cfg.for_s, cfg.runbook_url, rule + key_suffix
+        )
+    ]

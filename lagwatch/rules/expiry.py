@@ -215,7 +215,7 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
         still_gone = {tp: o for tp, o in vanished.offsets.items() if group is None or tp not in group.committed}
         if not still_gone:
             continue
-        rules, route = resolver.resolve(snapshot.cluster, group_id)
+        rules, _ = resolver.resolve(snapshot.cluster, group_id)
         if not rules.expired.enabled:
             continue
         retention = retention_for(snapshot, None, rules.expiry.retention_minutes)
@@ -234,7 +234,7 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
             severity=rules.expired.severity if certain else "warning",
             cluster=snapshot.cluster,
             group=group_id,
-            labels={**route, "cluster": snapshot.cluster, "group": group_id},
+            labels=resolver.labels(snapshot.cluster, group_id, None)[0],
             summary=f"committed offsets of {group_id} on {where} {cause} at {timestamp(vanished.at)} ({state}): a restarted "
             f"consumer will fall back to auto.offset.reset",
             details={

@@ -219,7 +219,8 @@ def rewind(ctx: GroupContext) -> Iterator[Finding]:
             by_topic.setdefault(tp.topic, []).append((tp, at, old, new))
     for topic, rows in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
-        moves = ", ".join(f"{tp.partition}: {old} -> {new}" for tp, _, old, new in sorted(rows))
+        rows.sort()  # by partition in the summary and the details alike, whatever order the rewinds were seen in
+        moves = ", ".join(f"{tp.partition}: {old} -> {new}" for tp, _, old, new in rows)
         yield ctx.finding(
             "rewind",
             rules.rewind.severity,

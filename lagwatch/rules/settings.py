@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lagwatch.matchers import check_pattern, full_match
+from lagwatch.model import alert_key
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -180,6 +183,7 @@ class RuleResolver:
         self.config = config
         self._cache: dict[tuple[str, str | None, str | None], tuple[RuleSet, dict[str, str]]] = {}
         self._by_overrides: dict[tuple[int, ...], tuple[RuleSet, dict[str, str]]] = {}
+        self._labels: dict[tuple[str, str | None, str | None], tuple[Mapping[str, str], str]] = {}
 
     def resolve(
         self, cluster: str, group: str | None = None, topic: str | None = None
@@ -202,3 +206,21 @@ class RuleResolver:
                 self._by_overrides[matching] = (RuleSet.model_validate(merged), labels)
             self._cache[key] = self._by_overrides[matching]
         return self._cache[key]
+
+    def labels(self, cluster: str, group: str | None, topic: str | None) -> tuple[Mapping[str, str], str]:
+        """The labels of an alert about (cluster, group, topic): its route's, then cluster, group and topic; and
+        their part of its alert_key. Kept across polls like the rules: rules ask for them for every group and topic
+        at every poll (alert_key sorts and joins them), and every finding of one shares them. Read-only."""
+        key = (cluster, group, topic)
+        found = self._labels.get(key)
+        if found is None:
+            if len(self._labels) >= _CACHE_LIMIT:
+                self._labels.clear()
+            _, route = self.resolve(cluster, group, topic)
+            labels = {**route, "cluster": cluster}
+            if group is not None:
+                labels["group"] = group
+            if topic is not None:
+                labels["topic"] = topic
+            found = self._labels[key] = (MappingProxyType(labels), alert_key("", labels))
+        return found

@@ -14,7 +14,6 @@ from typing import NamedTuple
 from prometheus_client.utils import floatToGoString
 
 from lagwatch.alerts import Alert
-from lagwatch.history import GroupMeasure
 from lagwatch.notify.dispatcher import WorkerHealth
 from lagwatch.runtime import ClusterRuntime
 from lagwatch.serve import gzip_join
@@ -180,13 +179,14 @@ def _escape(value: str) -> str:
     return value
 
 
-_GROUP_GAUGES: tuple[tuple[str, str, Callable[[GroupMeasure], float | None]], ...] = (
-    ("group_lag_sum", "Records behind, all partitions", lambda m: m.lag.sum_lag),
-    ("group_lag_max", "Records behind, worst partition", lambda m: m.lag.max_lag),
-    ("group_lag_seconds_max", "Seconds behind, worst partition", lambda m: m.max_lag_seconds),
-    ("group_catchup_eta_seconds", "Time to catch up at current rates", lambda m: m.eta_s),
-    ("group_consumption_rate", "Records/s the group commits", lambda m: m.consumption_rate),
-    ("group_production_rate", "Records/s produced to its partitions", lambda m: m.production_rate),
+# In the order _cluster reads their values from a group's measure.
+_GROUP_GAUGES: tuple[tuple[str, str], ...] = (
+    ("group_lag_sum", "Records behind, all partitions"),
+    ("group_lag_max", "Records behind, worst partition"),
+    ("group_lag_seconds_max", "Seconds behind, worst partition"),
+    ("group_catchup_eta_seconds", "Time to catch up at current rates"),
+    ("group_consumption_rate", "Records/s the group commits"),
+    ("group_production_rate", "Records/s produced to its partitions"),
 )
 
 
@@ -250,7 +250,9 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     expiry = f.gauge(
         "group_offset_expiry_seconds", "Seconds until the group's committed offsets can expire (earliest)", g_labels
     )
-    group_gauges = [(f.gauge(name, doc, g_labels), value) for name, doc, value in _GROUP_GAUGES]
+    group_gauges = [
+        (family.lines.append, family.name) for family in (f.gauge(n, d, g_labels) for n, d in _GROUP_GAUGES)
+    ]
     topic_sum = f.gauge("group_topic_lag_sum", "Records behind on a topic", t_labels)
     topic_max = f.gauge("group_topic_lag_max", "Records behind on a topic, worst partition", t_labels)
     topic_seconds = f.gauge("group_topic_lag_seconds_max", "Seconds behind on a topic, worst partition", t_labels)
@@ -275,8 +277,14 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             f.put(expiry, cg, max(0.0, expires_at - snap.taken_at))
         if m is None:
             continue
-        for family, value in group_gauges:
-            f.put(family, cg, value(m))
+        group_lag = m.lag
+        for (add, name), value in zip(
+            group_gauges,
+            (group_lag.sum_lag, group_lag.max_lag, m.max_lag_seconds, m.eta_s, m.consumption_rate, m.production_rate),
+            strict=True,
+        ):  # f.put inlined, the values read here (six calls fewer per group)
+            if value is not None and isfinite(value):
+                add(f"{name}{{{cg}}} {_number(value)}\n")
         for t, seconds in zip(m.lag.topics, m.topic_lag_seconds, strict=True):
             cgt = f'{cg},topic="{_escape(t.topic)}"'
             f.put(topic_sum, cgt, t.sum_lag)
@@ -295,8 +303,11 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
                 if part.lag is not None:
                     add_lag(f"{lag_name}{{{cgtp}}} {part.lag}\n")
                 seconds = pm.lag_time.seconds
-                if seconds is not None and isfinite(seconds):
-                    add_seconds(f"{seconds_name}{{{cgtp}}} {_number(seconds)}\n")
+                if seconds is not None:
+                    if 0.0 <= seconds < 1e6:  # _number inlined: what floatToGoString gives a float in this range
+                        add_seconds(f"{seconds_name}{{{cgtp}}} {seconds!r}\n")
+                    elif isfinite(seconds):
+                        add_seconds(f"{seconds_name}{{{cgtp}}} {_number(seconds)}\n")
     for (topic, partition), offsets in sorted(snap.partitions.items()):
         if (topic, partition) in exported_partitions:
             ctp = f'{cluster_label},topic="{_escape(topic)}",partition="{partition}"'
@@ -338,8 +349,10 @@ def render_daemon(alerts: Iterable[Alert], notify_stats: dict[str, int]) -> list
     firing_of_groups = {
         (a.cluster, a.group or "", a.rule, a.severity) for a in alerts if a.state == "firing" and a.group
     }
+    add, name = by_group.lines.append, by_group.name  # f.set inlined: a line per firing alert of a group
     for cluster, group, rule, severity in sorted(firing_of_groups):
-        f.set(by_group, [cluster, group, rule, severity], 1)
+        labels = f'cluster="{_escape(cluster)}",group="{_escape(group)}",rule="{_escape(rule)}"'
+        add(f'{name}{{{labels},severity="{_escape(severity)}"}} 1\n')
     f.set(f.gauge("notifications_queued", "Notifications waiting for delivery", []), [], notify_stats.get("queued", 0))
     f.set(f.counter("notifications_delivered", "Notifications delivered", []), [], notify_stats.get("delivered", 0))
     f.set(

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,10 @@ def _fingerprint(delivery: Any) -> str:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
+# What identifies an alert row's content: it is rewritten only when one of these changes (not its figures).
+_ALERT_FINGERPRINT = ("state", "severity", "started_at", "fired_at", "resolved_at", "for_s")
+
+
 def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
@@ -79,7 +83,8 @@ class StateDatabase:
         self._db: sqlite3.Connection | None = None
         self.read_only = False  # opened without writing (the disk refused): the next write opens it again
         # What is known to be on disk, per table and key: the body written. Saves write only the difference.
-        self._written: dict[str, dict[str, str]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
+        # Per table: key -> what identifies the row's content as written (a string, or for alerts a tuple).
+        self._written: dict[str, dict[str, Hashable]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
         self.writes = 0  # rows written or deleted, for the benchmark and the tests
 
     # -- opening --------------------------------------------------------------------------------------------------
@@ -220,9 +225,7 @@ class StateDatabase:
         with self._lock:
             rows = {t: self._rows(t) for t in _ROW_TABLES}
             self._written["alerts"] = {
-                k: f"{a.get('state')}|{a.get('severity')}|{a.get('started_at')}|{a.get('fired_at')}|"
-                f"{a.get('resolved_at')}|{a.get('for_s')}"
-                for k, a in rows["alerts"].items()
+                k: tuple(a.get(field) for field in _ALERT_FINGERPRINT) for k, a in rows["alerts"].items()
             }
             sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
             if sequence:
@@ -300,14 +303,15 @@ class StateDatabase:
             return self._save(book, outbox)
 
     def _save(self, book: AlertBook | None, outbox: Any) -> int:
-        wanted: dict[str, dict[str, str]] = {}
+        wanted: dict[str, dict[str, Hashable]] = {}
         alert_bodies: dict[str, Any] = {}
         if book is not None:
             # An alert's figures (summary, lag) change every poll and come back with the next one: its row is
             # rewritten only when its state does.
             alert_bodies = {a.key: a for a in book.alerts.values()}
+            # A tuple, not a string: no float formatted (20,000 alerts at every poll at 10,000 lagging groups).
             wanted["alerts"] = {
-                a.key: f"{a.state}|{a.severity}|{a.started_at}|{a.fired_at}|{a.resolved_at}|{a.for_s}"
+                a.key: (a.state, a.severity, a.started_at, a.fired_at, a.resolved_at, a.for_s)  # _ALERT_FINGERPRINT
                 for a in book.alerts.values()
             }
             # Shallow: their fields are plain values, dicts and lists (dataclasses.asdict copies deeply, 10x slower).
@@ -363,7 +367,7 @@ class StateDatabase:
     def _row_changes(
         self,
         table: str,
-        rows: dict[str, str],
+        rows: Mapping[str, Hashable],
         alert_bodies: dict[str, Any],
         deliveries: dict[str, Any],
         only_these: bool = False,
