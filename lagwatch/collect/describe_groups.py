@@ -12,11 +12,11 @@ Versions 5 and 6 (Kafka 2.4+) are decoded here; older versions go through kafka-
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
-from lagwatch.collect.own_answers import OwnAnswer, register
+from lagwatch.collect.own_answers import AnswerDecoder, OwnAnswer, register
 from lagwatch.offsets_topic.decode import WireReader
 
 VERSIONS = (5, 6)  # 5: the first flexible version; 6 adds each group's error message
@@ -141,7 +141,7 @@ def _common_run(data: bytes, pos: int, most: int, v6: bool, out: list[DescribedA
     return read, pos
 
 
-def _decoder(version: int) -> Any:
+def _decoder(version: int) -> AnswerDecoder:
     return register(DescribeGroupsResponse, version, lambda data: decode(data, version))
 
 

@@ -134,20 +134,7 @@ def measure_group(
                 topic_seconds[p.topic] = 0.0
         else:
             written_at = record_times.get((tp, committed)) if record_times else None
-            if written_at is None and timeline is not None:
-                # lag_seconds inlined for its common case, interpolated from the log-end timeline.
-                produced = timeline.produced_at(committed)
-                if produced is None:
-                    lag_time = UNKNOWN
-                else:
-                    behind = now - produced[0]
-                    lag_time = (
-                        new_tuple(LagTime, (behind if behind > 0.0 else 0.0, produced[1], False))
-                        if math.isfinite(behind)
-                        else UNKNOWN
-                    )
-            else:
-                lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
+            lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
             seconds = lag_time.seconds
             if seconds is not None:
                 topic = p.topic

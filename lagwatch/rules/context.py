@@ -66,15 +66,12 @@ class GroupContext:
             return self.group_rules
         return self.resolver.resolve(self.snapshot.cluster, self.group.group_id, topic)
 
-    def labels(self, topic: str | None = None) -> Mapping[str, str]:
-        return self._labels_and_key(topic)[0]
-
     def _labels_and_key(self, topic: str | None) -> tuple[Mapping[str, str], str]:
         """The labels of this group's alerts about `topic` and their part of alert_key (kept by the resolver)."""
         return self.resolver.labels(self.snapshot.cluster, self.group.group_id, topic)
 
     def _key(self, rule: str, topic: str | None) -> str:
-        """alert_key(rule, labels(topic))."""
+        """alert_key(rule, the labels of its alerts about `topic`)."""
         return rule + self._labels_and_key(topic)[1]
 
     def active_severity(self, rule: str, topic: str | None = None) -> str | None:
