@@ -66,3 +66,20 @@ def spark():  # type: ignore[no-untyped-def]
     session = spark_session("local[2]", "lagwatch-tests")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs the tests on two pytest-xdist workers, which schedule by node id and run only the first
+    of items that share one. schemathesis gives every API operation's test the same node id (its name has the
+    operation), so 10 of the 11 fuzzed operations went unrun: such items get the node id their name implies,
+    and a collection with a duplicate left stops the run rather than passing with tests missing."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1 and item.parent is not None:
+            item._id = item.parent.id.child(item.name)  # what pytest gives an item whose id is not set
+    nodeids = [item.nodeid for item in items]
+    if len(set(nodeids)) != len(nodeids):
+        duplicates = sorted({n for n in nodeids if nodeids.count(n) > 1})
+        raise pytest.UsageError(f"tests share a node id (xdist would run only one): {duplicates[:3]}")
