@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lagwatch import gc_policy, malloc_policy
+from lagwatch.alerts.book import Receiver
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import (
@@ -159,7 +160,14 @@ class SpacedPolls:
 
 
 def run(
-    groups: int, partitions: int, steps: int, warm: int, default_gc: bool, bootstrap: str | None, create: bool = True
+    groups: int,
+    partitions: int,
+    steps: int,
+    warm: int,
+    default_gc: bool,
+    bootstrap: str | None,
+    create: bool = True,
+    receivers: int = 0,
 ) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
@@ -183,6 +191,8 @@ def run(
             poller_factory=lambda name, cfg: poller,
             reader_factory=None,
         )
+        if receivers:  # receivers as notifiers without a route are (their workers are not started here)
+            daemon.book.receivers = tuple(Receiver(f"receiver-{i}") for i in range(receivers))
         history = daemon.clusters["bench"].history
         for i in range(warm):  # the history as after `warm` polls: rings full, as a daemon's after half an hour
             history.observe(poller.poll())
@@ -199,6 +209,7 @@ def run(
         timed(daemon, "_write_history", phases)  # the history writer's: capturing, compressing and writing
         timed(history, "capture", phases)  # of it, the capture (under the cluster's lock)
         timed(daemon, "render_metrics", phases)
+        timed(daemon.book, "due", phases)  # the notification pass over every alert, after every poll
         totals, gc_per_step, cpu = [], [], []
         runtime = daemon.clusters["bench"]
         for i in range(steps):
@@ -248,6 +259,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warm", type=int, default=70, help="polls folded into the history before the steps")
     parser.add_argument("--default-gc", action="store_true", help="CPython's GC thresholds, not lagwatch run's")
+    parser.add_argument("--receivers", type=int, default=0, help="notification receivers the alert book has")
     parser.add_argument("--kafka", action="store_true", help="a real local Kafka and the daemon's own poller")
     parser.add_argument(
         "--bootstrap", help="with --kafka: a running Kafka on which an earlier run created the groups (no new broker)"
@@ -262,7 +274,7 @@ def main() -> None:
     if args.kafka and args.bootstrap:
         for size in args.sizes.split(","):
             g, p = (int(x) for x in size.split("x"))
-            run(g, p, args.steps, args.warm, args.default_gc, args.bootstrap, create=False)
+            run(g, p, args.steps, args.warm, args.default_gc, args.bootstrap, create=False, receivers=args.receivers)
         return
     if args.kafka:
         from lagwatch.devbroker import LocalBroker
@@ -271,12 +283,12 @@ def main() -> None:
             for size in args.sizes.split(","):
                 g, p = (int(x) for x in size.split("x"))
                 say(f"{g} groups x {p} partitions on Kafka at {broker.bootstrap}: creating ...")
-                run(g, p, args.steps, args.warm, args.default_gc, broker.bootstrap)
+                run(g, p, args.steps, args.warm, args.default_gc, broker.bootstrap, receivers=args.receivers)
         return
     for size in args.sizes.split(","):
         g, p = (int(x) for x in size.split("x"))
         say(f"{g} groups x {p} partitions: building and stepping ...")
-        run(g, p, args.steps, args.warm, args.default_gc, None)
+        run(g, p, args.steps, args.warm, args.default_gc, None, receivers=args.receivers)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from lagwatch.alerts import AlertBook, AlertsConfig
 from lagwatch.model import Finding
 
@@ -128,3 +131,37 @@ def test_inhibition_matches_on_equal_labels_and_costs_one_lookup_per_alert() -> 
     assert rules_of["b"] == ["stalled"]  # no stopped in group b
     assert all(rules_of[f"x{i}"] == ["lag", "stopped"] for i in range(1000))
     assert elapsed < 2.0, f"due() took {elapsed:.1f} s for 3,004 firing alerts"
+
+
+LABEL_NAMES = ["cluster", "group", "topic", "rule", "severity", "team"]
+VALUES = ["", "a", "b", "lag", "stopped", "warning", "critical"]
+PATTERNS = ["", "a", "a|b", ".*", "lag|stalled", "warn.*", "[a-c]", "critical"]
+
+
+@given(
+    labels=st.dictionaries(st.sampled_from(LABEL_NAMES), st.sampled_from(VALUES), max_size=5),
+    rule=st.sampled_from(VALUES),
+    severity=st.sampled_from(VALUES),
+    matchers=st.dictionaries(st.sampled_from(LABEL_NAMES), st.sampled_from(PATTERNS), max_size=4),
+)
+def test_an_alert_matches_as_its_matchable_labels_do(
+    labels: dict[str, str], rule: str, severity: str, matchers: dict[str, str]
+) -> None:
+    """Inhibition and routing match an alert without building its label dict: the same answers as matching the
+    dict (where `rule` and `severity` win over labels of those names)."""
+    from lagwatch.alerts.book import Alert
+    from lagwatch.matchers import labels_match
+
+    alert = Alert("k", rule, severity, "c", None, labels, "s", {}, None, 0.0, "firing", 0.0, 0.0)
+    assert alert.matches(matchers.items()) == labels_match(matchers, alert.matchable())
+
+
+def test_an_alert_group_gone_and_back_is_made_again() -> None:
+    """The group key each alert belongs to is remembered across polls: a group removed once its alerts resolved
+    comes back, with its labels, when the same alert fires again."""
+    b = book(group_wait_s=0, group_interval_s=0)
+    assert step(b, [finding(group="a")], 0) == ["firing"]
+    assert step(b, [], 10) == ["resolved"]
+    assert b.groups == {} and b.alerts == {}
+    assert step(b, [finding(group="a")], 20) == ["firing"]
+    assert b.groups["cluster=c|group=a"].labels == {"cluster": "c", "group": "a"}

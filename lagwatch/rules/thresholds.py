@@ -32,45 +32,48 @@ def lag_severity(rule: LagRule, offsets: int, seconds: float | None, active: str
 
 def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     m = ctx.measure
+    group = ctx.group.group_id
+    progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         rules, _ = ctx.rules(topic.topic)
         if not rules.lag.enabled:
             continue
-        rows = ctx.measure.by_topic.get(topic.topic, ())
-        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
+        # The labels once per topic, for the hysteresis look-up and the finding (every group lags in a storm).
+        labels, key_suffix = ctx.resolver.labels(ctx.cluster, group, topic.topic)
+        key = "lag" + key_suffix
+        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active.get(key) if ctx.active else None)
         if severity is None:
             continue
+        rows = m.by_topic.get(topic.topic, ())
         worst = sorted(rows, key=lambda row: -(row.partition.lag or 0))[:5]
-        eta = ctx.measure.eta_s
-        if eta is not None:
-            progress = f"catching up in about {duration(eta)}"
-        elif ctx.measure.consumption_rate == 0 and ctx.measure.falling_behind:
-            progress = "not consuming"
-        elif ctx.measure.falling_behind:
-            progress = "falling behind"
-        else:
-            progress = "no catch-up estimate yet"
+        eta = m.eta_s
+        falling_behind = m.falling_behind
+        if progress is None:
+            if eta is not None:
+                progress = f"catching up in about {duration(eta)}"
+            elif m.consumption_rate == 0 and falling_behind:
+                progress = "not consuming"
+            elif falling_behind:
+                progress = "falling behind"
+            else:
+                progress = "no catch-up estimate yet"
         lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
         if estimated:
             lag_time += " (estimated)"
-        yield ctx.finding(
-            "lag",
-            severity,
-            f"{ctx.group.group_id} lags {topic.sum_lag} records on {topic.topic}{lag_time}; {progress}",
-            topic=topic.topic,
-            details={
-                "lag": topic.sum_lag,
-                "max_lag": topic.max_lag,
-                "lag_seconds": max_seconds,
-                "eta_s": eta,
-                "falling_behind": ctx.measure.falling_behind,
-                "worst_partitions": [
-                    {"partition": m.partition.partition, "lag": m.partition.lag, "lag_seconds": m.lag_time.seconds}
-                    for m in worst
-                ],
-            },
-            for_s=rules.lag.for_s,
-            runbook_url=rules.lag.runbook_url,
+        details = {
+            "lag": topic.sum_lag,
+            "max_lag": topic.max_lag,
+            "lag_seconds": max_seconds,
+            "eta_s": eta,
+            "falling_behind": falling_behind,
+            "worst_partitions": [
+                {"partition": w.partition.partition, "lag": w.partition.lag, "lag_seconds": w.lag_time.seconds}
+                for w in worst
+            ],
+        }
+        summary = f"{group} lags {topic.sum_lag} records on {topic.topic}{lag_time}; {progress}"
+        yield Finding(
+            "lag", severity, ctx.cluster, group, labels, summary, details, rules.lag.for_s, rules.lag.runbook_url, key
         )
 
 
