@@ -147,13 +147,14 @@ PATTERNS = ["", "a", "a|b", ".*", "lag|stalled", "warn.*", "[a-c]", "critical"]
 def test_an_alert_matches_as_its_matchable_labels_do(
     labels: dict[str, str], rule: str, severity: str, matchers: dict[str, str]
 ) -> None:
-    """Inhibition and routing match an alert without building its label dict: the same answers as matching the
-    dict (where `rule` and `severity` win over labels of those names)."""
+    """Silences, routes and inhibition match an alert without building its label dict: the same answers as
+    matching the dict (where `rule` and `severity` win over labels of those names)."""
     from lagwatch.alerts.book import Alert
     from lagwatch.matchers import labels_match
 
     alert = Alert("k", rule, severity, "c", None, labels, "s", {}, None, 0.0, "firing", 0.0, 0.0)
-    assert alert.matches(matchers.items()) == labels_match(matchers, alert.matchable())
+    as_matched = {**labels, "rule": rule, "severity": severity}
+    assert alert.matches(matchers.items()) == labels_match(matchers, as_matched)
 
 
 def test_an_alert_group_gone_and_back_is_made_again() -> None:

@@ -38,10 +38,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         rules, _ = ctx.rules(topic.topic)
         if not rules.lag.enabled:
             continue
-        # The labels once per topic, for the hysteresis look-up and the finding (every group lags in a storm).
-        labels, key_suffix = ctx.resolver.labels(ctx.cluster, group, topic.topic)
-        key = "lag" + key_suffix
-        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active.get(key) if ctx.active else None)
+        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
         if severity is None:
             continue
         rows = m.by_topic.get(topic.topic, ())
@@ -60,20 +57,24 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
         if estimated:
             lag_time += " (estimated)"
-        details = {
-            "lag": topic.sum_lag,
-            "max_lag": topic.max_lag,
-            "lag_seconds": max_seconds,
-            "eta_s": eta,
-            "falling_behind": falling_behind,
-            "worst_partitions": [
-                {"partition": w.partition.partition, "lag": w.partition.lag, "lag_seconds": w.lag_time.seconds}
-                for w in worst
-            ],
-        }
-        summary = f"{group} lags {topic.sum_lag} records on {topic.topic}{lag_time}; {progress}"
-        yield Finding(
-            "lag", severity, ctx.cluster, group, labels, summary, details, rules.lag.for_s, rules.lag.runbook_url, key
+        yield ctx.finding(
+            "lag",
+            severity,
+            f"{group} lags {topic.sum_lag} records on {topic.topic}{lag_time}; {progress}",
+            topic=topic.topic,
+            details={
+                "lag": topic.sum_lag,
+                "max_lag": topic.max_lag,
+                "lag_seconds": max_seconds,
+                "eta_s": eta,
+                "falling_behind": falling_behind,
+                "worst_partitions": [
+                    {"partition": w.partition.partition, "lag": w.partition.lag, "lag_seconds": w.lag_time.seconds}
+                    for w in worst
+                ],
+            },
+            for_s=rules.lag.for_s,
+            runbook_url=rules.lag.runbook_url,
         )
 
 
