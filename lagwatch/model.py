@@ -144,5 +144,13 @@ class Finding(_FindingFields):
 
 def alert_key(rule: str, labels: Mapping[str, str]) -> str:
     """Identity of an alert across polls. Severity is not part of it: a warning that becomes critical is the same
-    alert, escalated."""
-    return rule + "|" + "|".join([f"{k}={v}" for k, v in sorted(labels.items())])  # a list joins faster
+    alert, escalated. Injective: `|`, `=` and `\\` in names and values are escaped (a group id may hold them), so
+    two label sets never share a key (and an alert); keys of values without them read as before."""
+    return rule + "|" + "|".join([f"{key_part(k)}={key_part(v)}" for k, v in sorted(labels.items())])
+
+
+def key_part(text: str) -> str:
+    """A label name or value as written in an alert or group key."""
+    if "|" in text or "=" in text or "\\" in text:
+        return text.replace("\\", "\\\\").replace("|", "\\|").replace("=", "\\=")
+    return text

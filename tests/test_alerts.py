@@ -166,3 +166,24 @@ def test_an_alert_group_gone_and_back_is_made_again() -> None:
     assert b.groups == {} and b.alerts == {}
     assert step(b, [finding(group="a")], 20) == ["firing"]
     assert b.groups["cluster=c|group=a"].labels == {"cluster": "c", "group": "a"}
+
+
+def test_group_ids_with_key_separators_are_alerts_of_their_own() -> None:
+    """A Kafka group id may hold `|` and `=`: group `a|team=x` and group `a` routed with label team=x once wrote
+    the same alert key, so they shared one alert and the second group's stop was never announced."""
+    b = book(group_wait_s=0, group_interval_s=0)
+
+    def stopped(labels: dict[str, str]) -> Finding:
+        return Finding("stopped", "critical", "c", labels["group"], labels, f"{labels['group']} stopped")
+
+    odd = stopped({"cluster": "c", "group": "a|team=x"})
+    routed = stopped({"cluster": "c", "group": "a", "team": "x"})
+    assert odd.key != routed.key
+    assert step(b, [odd], 0) == ["firing"]
+    notes = (b.apply("c", [routed], frozenset(), 10), b.due(10))[1]
+    by_group = {n.group_labels["group"]: n.kind for n in notes}
+    assert by_group == {"a|team=x": "resolved", "a": "firing"}
+    assert {a.group for a in b.alerts.values() if a.state == "firing"} == {"a"}
+    # Escaped, not dropped: a backslash, `|` or `=` in a value, or a name, still makes a key of its own.
+    keys = {stopped({"cluster": "c", "group": g}).key for g in ("a\\|b", "a|b", "a\\", "a=", "a\\=", "a")}
+    assert len(keys) == 6

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.matchers import full_match
-from lagwatch.model import Finding
+from lagwatch.model import Finding, key_part
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -250,7 +250,7 @@ class AlertBook:
 
     def group_key(self, alert: Alert) -> tuple[str, dict[str, str]]:
         labels = {name: alert.labels.get(name, "") for name in self.config.group_by}
-        return "|".join(f"{k}={v}" for k, v in labels.items()), labels
+        return "|".join(f"{key_part(k)}={key_part(v)}" for k, v in labels.items()), labels
 
     def silenced(self, alert: Alert, now: float) -> Silence | None:
         if not self.silences:  # asked for every firing alert at every poll: no labels built for nothing

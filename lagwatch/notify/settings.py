@@ -6,10 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from lagwatch.alerts import Notification
-from lagwatch.matchers import check_matchers, labels_match
-
-_RANK = {"info": 0, "warning": 1, "critical": 2}
+from lagwatch.matchers import check_matchers
 
 
 class _Strict(BaseModel):
@@ -17,21 +14,13 @@ class _Strict(BaseModel):
 
 
 class Route(_Strict):
-    """Which notifications a notifier takes: at least `min_severity`, and group labels matching `matchers`."""
+    """Which alerts a notifier takes: at least `min_severity`, and labels matching `matchers` (`rule` and `severity`
+    count as labels). The alert book applies it, as the notifier's `alerts.book.Receiver`."""
 
     min_severity: Literal["info", "warning", "critical"] = "info"
     matchers: dict[str, str] = Field(default_factory=dict)
 
     _matchers = field_validator("matchers")(check_matchers)
-
-    def accepts(self, n: Notification) -> bool:
-        # A resolution follows the notifications that went out for the same group, whatever its severity now.
-        severities = [a["severity"] for a in n.alerts]
-        worst = max((_RANK.get(s, 0) for s in severities), default=0)
-        if n.kind != "resolved" and worst < _RANK[self.min_severity]:
-            return False
-        labels = {**n.group_labels, **(n.alerts[0]["labels"] if n.alerts else {})}
-        return labels_match(self.matchers, labels)
 
 
 class NotifierCommon(_Strict):
