@@ -55,7 +55,7 @@ def test_group_sums_and_max_per_topic() -> None:
         ("b", 0, 2, LagState.OK),
     ]
     assert [(t.topic, t.sum_lag, t.max_lag, t.partitions) for t in lag.topics] == [("a", 10, 10, 2), ("b", 2, 2, 1)]
-    assert (lag.sum_lag, lag.max_lag, lag.count(LagState.NO_COMMIT)) == (12, 10, 1)
+    assert (lag.sum_lag, lag.max_lag, lag.count_state(LagState.NO_COMMIT)) == (12, 10, 1)
     assert all(p.member_id == "m1" for p in lag.partitions)
 
 

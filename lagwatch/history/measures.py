@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from lagwatch.history.store import ClusterHistory
@@ -36,8 +35,10 @@ class PartitionMeasure(NamedTuple):
     consumption_rate: float | None  # records/s the group's committed offset advanced
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMeasure:
+class GroupMeasure(NamedTuple):
+    """A NamedTuple like the rows it holds: one per group at every poll, and a frozen dataclass sets each of its
+    fields through object.__setattr__."""
+
     lag: GroupLag
     partitions: tuple[PartitionMeasure, ...]
     max_lag_seconds: float | None
@@ -45,12 +46,12 @@ class GroupMeasure:
     production_rate: float | None
     consumption_rate: float | None
     eta_s: float | None  # time to catch up at current rates; None when not catching up or nothing to catch up
-    by_topic: Mapping[str, tuple[PartitionMeasure, ...]] = field(default_factory=dict)
+    by_topic: Mapping[str, tuple[PartitionMeasure, ...]]
     # Per topic, taken in measure_group's one pass (the lag rule and the exporter ask for every topic at every poll).
     # Tuples in the order of lag.topics, not dicts: one measure per group is kept per evaluation (two while a poll
     # runs), and a dict and a set per group were 9 MB more RSS at 10,000 groups.
-    topic_lag_seconds: tuple[float | None, ...] = ()  # the worst known lag in seconds; None: none known
-    topic_estimated: tuple[bool, ...] = ()  # whether that lag in seconds is an estimate
+    topic_lag_seconds: tuple[float | None, ...]  # the worst known lag in seconds; None: none known
+    topic_estimated: tuple[bool, ...]  # whether that lag in seconds is an estimate
 
     @property
     def falling_behind(self) -> bool:
@@ -113,7 +114,7 @@ def measure_group(
     max_seconds: float | None = None
     production: float | None = None  # sums over the committed partitions with a rate: None when none has one
     consumption: float | None = None
-    new_tuple = tuple.__new__
+    new_tuple, isfinite = tuple.__new__, math.isfinite
     missing: Any = _MISSING  # typed Any: `rates.get(tp, missing)` is a rate or the sentinel
     # The figures are summed in this one pass: it runs per group-partition. group_lag's rows come sorted by topic.
     for tp, p in zip(lag.tps, lag.partitions, strict=True):
@@ -134,7 +135,20 @@ def measure_group(
                 topic_seconds[p.topic] = 0.0
         else:
             written_at = record_times.get((tp, committed)) if record_times else None
-            lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
+            if written_at is None and timeline is not None:  # lag_seconds inlined for its common case
+                produced = timeline.produced_at(committed)
+                if produced is None:
+                    lag_time = UNKNOWN
+                else:
+                    at, estimated = produced
+                    behind = now - at
+                    lag_time = (
+                        new_tuple(LagTime, (behind if behind > 0.0 else 0.0, estimated, False))
+                        if isfinite(behind)
+                        else UNKNOWN
+                    )
+            else:
+                lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
             seconds = lag_time.seconds
             if seconds is not None:
                 topic = p.topic

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -34,24 +33,25 @@ class PartitionLag(NamedTuple):
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TopicLag:
+# TopicLag and GroupLag: NamedTuples too, one of each per group at every poll (a frozen dataclass sets each field
+# through object.__setattr__).
+class TopicLag(NamedTuple):
     topic: str
     sum_lag: int
     max_lag: int
     partitions: int
 
 
-@dataclass(frozen=True, slots=True)
-class GroupLag:
+class GroupLag(NamedTuple):
     group: GroupSnapshot
     partitions: tuple[PartitionLag, ...]
     tps: tuple[TopicPartition, ...]  # each row's TopicPartition, in the same order (the measures key on them)
-    topics: tuple[TopicLag, ...] = field(default=())
+    topics: tuple[TopicLag, ...] = ()
     sum_lag: int = 0  # over every partition with a known lag
     max_lag: int = 0
+    below_log_start: int = 0  # rows in LagState.BELOW_LOG_START (the rule of that name looks only when > 0)
 
-    def count(self, state: LagState) -> int:
+    def count_state(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
 
 
@@ -85,7 +85,7 @@ def group_lag(
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
     topic: str | None = None
-    topic_sum = topic_max = topic_rows = 0
+    topic_sum = topic_max = topic_rows = below = 0
     NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
         LagState.NO_COMMIT,
         LagState.UNKNOWN,
@@ -110,7 +110,11 @@ def group_lag(
                 lag, state = None, UNKNOWN
             else:
                 lag = end - offset if end > offset else 0  # clamped: read races never go negative
-                state = BELOW_LOG_START if log_start is not None and offset < log_start else OK
+                if log_start is not None and offset < log_start:
+                    state = BELOW_LOG_START
+                    below += 1
+                else:
+                    state = OK
         # tuple.__new__ with every field: a NamedTuple's own __new__ is a Python function around this call.
         if members and (member := members.get(tp)) is not None:
             row = new_tuple(
@@ -146,10 +150,11 @@ def group_lag(
     if topic is not None:
         topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows))
     return GroupLag(
-        group=group,
-        partitions=tuple(rows),
-        topics=tuple(topics),
-        tps=tuple(ordered),
-        sum_lag=sum(t.sum_lag for t in topics),
-        max_lag=max((t.max_lag for t in topics), default=0),
+        group,
+        tuple(rows),
+        tuple(ordered),
+        tuple(topics),
+        sum(t.sum_lag for t in topics),
+        max((t.max_lag for t in topics), default=0),
+        below,
     )

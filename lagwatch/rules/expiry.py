@@ -16,8 +16,9 @@ is sure the offsets expire soon, and never pages for a clock it does not know. E
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, overload
 
 from lagwatch.history import Clock, ClusterHistory
 from lagwatch.model import BrokerSettings, ClusterSnapshot, Finding, GroupKind, TopicPartition
@@ -36,8 +37,20 @@ class Retention:
     source: str
 
 
+_last_retention: tuple[object, int | None, int | None, Retention | None] = (None, None, None, None)
+
+
 def retention_for(snapshot: ClusterSnapshot, coordinator: int | None, override_minutes: int | None) -> Retention:
-    return _retention(snapshot.brokers, coordinator, override_minutes)
+    """Asked for every group at every poll, nearly always with the answer just given: that one is kept by the
+    identity of the poll's brokers (hashing them for the cache took 1% of a 100k-partition step)."""
+    global _last_retention
+    brokers, last_coordinator, last_override, last = _last_retention
+    if brokers is snapshot.brokers and last_coordinator == coordinator and last_override == override_minutes:
+        assert last is not None
+        return last
+    answer = _retention(snapshot.brokers, coordinator, override_minutes)
+    _last_retention = (snapshot.brokers, coordinator, override_minutes, answer)  # one tuple: safe across threads
+    return answer
 
 
 @functools.lru_cache(maxsize=1024)  # the same few answers for every group of a poll
@@ -75,7 +88,7 @@ def _retention(
     )
 
 
-def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], str]:
+def _candidates(ctx: GroupContext) -> tuple[Sequence[tuple[TopicPartition, Clock]], str]:
     """The committed partitions that can expire now, each with the clock its expiry counts from (in no order)."""
     g, history = ctx.group, ctx.history
     if ctx.track is None or not g.committed:
@@ -88,7 +101,7 @@ def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], 
         empty = history.empty_clock(g.group_id)
         if empty is None:
             return [], ""
-        return [(tp, empty) for tp in g.committed], "the moment the group became Empty"
+        return _SameClock(g.committed, empty), EMPTY_CLOCK
     if g.kind is GroupKind.SIMPLE:
         return last_commit(g.committed), "the last commit"
     subscribed = {t for m in g.members for t in m.subscribed_topics}
@@ -104,12 +117,38 @@ def _candidates(ctx: GroupContext) -> tuple[list[tuple[TopicPartition, Clock]], 
     return [], ""
 
 
-@dataclass(frozen=True, slots=True)
-class Outlook:
+EMPTY_CLOCK = "the moment the group became Empty"
+
+
+class _SameClock(Sequence[tuple[TopicPartition, Clock]]):
+    """Partitions that all count from one clock (an Empty group's), paired with it only when asked: only the
+    expiry rule, when it fires, reads them one by one."""
+
+    __slots__ = ("clock", "tps")
+
+    def __init__(self, tps: Collection[TopicPartition], clock: Clock) -> None:
+        self.tps, self.clock = tps, clock  # tps: the group's committed offsets (a dict: its keys), not copied
+
+    def __len__(self) -> int:
+        return len(self.tps)
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, Clock]]:
+        clock = self.clock
+        return ((tp, clock) for tp in self.tps)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[TopicPartition, Clock]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[TopicPartition, Clock]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[TopicPartition, Clock] | Sequence[tuple[TopicPartition, Clock]]:
+        return list(self)[index]
+
+
+class Outlook(NamedTuple):
     """When a group's committed offsets can expire. Every group has one at every poll (the exporter shows the
     earliest), and only the expiry rule, when it fires, needs them one by one: `rows` is built on demand."""
 
-    candidates: tuple[tuple[TopicPartition, Clock], ...]
+    candidates: Sequence[tuple[TopicPartition, Clock]]
     retention: Retention
     counted_from: str
     expires_at: float  # the earliest
@@ -133,8 +172,11 @@ def outlook(ctx: GroupContext) -> Outlook | None:
     retention = retention_for(ctx.snapshot, ctx.group.coordinator_id, rules.expiry.retention_minutes)
     # An unobserved clock counts from the first time lagwatch looked: the latest possible expiry.
     # min(since) + seconds is min(since + seconds): adding the same number keeps the order of floats.
-    earliest = min([clock.since for _, clock in candidates]) + retention.seconds
-    return Outlook(tuple(candidates), retention, counted_from, earliest)
+    if isinstance(candidates, _SameClock):
+        earliest = candidates.clock.since + retention.seconds
+    else:
+        earliest = min([clock.since for _, clock in candidates]) + retention.seconds
+    return Outlook(candidates, retention, counted_from, earliest)
 
 
 def offsets_expiring(ctx: GroupContext) -> Iterator[Finding]:

@@ -79,6 +79,8 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
 
 
 def below_log_start(ctx: GroupContext) -> Iterator[Finding]:
+    if not ctx.measure.lag.below_log_start:  # counted by group_lag: most groups have no such row to look for
+        return
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for p in ctx.measure.lag.partitions:
         if p.state is LagState.BELOW_LOG_START and p.committed is not None and p.log_start is not None:
