@@ -122,13 +122,15 @@ class Daemon:
             log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
             self.store.db.set_aside(table, key, f"unknown shape: {why}")
         book.load_config_silences()
-        try:
-            outbox = Outbox.from_json(raw.get("outbox"))
-        except (KeyError, TypeError, ValueError) as e:
-            log.error("queued notifications of an unknown shape set aside", extra={"error": str(e)})
-            for d in raw["outbox"]["deliveries"]:
-                self.store.db.set_aside("outbox", f"{d.get('notifier')}|{d.get('notification', {}).get('id')}", str(e))
-            outbox = Outbox(refs=raw["outbox"]["refs"])
+        odd: list[tuple[str, str, tuple[str, str] | None]] = []
+        outbox = Outbox.from_json(raw.get("outbox"), odd)
+        for key, why, whose in odd:  # only these: every other queued notification is still delivered
+            log.error("queued notification of an unknown shape set aside", extra={"key": key, "error": why})
+            self.store.db.set_aside("outbox", key, why)
+            group = book.groups.get(whose[1]) if whose is not None else None
+            if whose is not None and group is not None:  # never told: the group is announced to it again
+                group.notified.pop(whose[0], None)
+                group.last_notified_at.pop(whose[0], None)
         if book.alerts or outbox.deliveries:
             log.info(
                 "alert state restored",

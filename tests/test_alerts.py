@@ -187,3 +187,23 @@ def test_group_ids_with_key_separators_are_alerts_of_their_own() -> None:
     # Escaped, not dropped: a backslash, `|` or `=` in a value, or a name, still makes a key of its own.
     keys = {stopped({"cluster": "c", "group": g}).key for g in ("a\\|b", "a|b", "a\\", "a=", "a\\=", "a")}
     assert len(keys) == 6
+
+
+def test_an_announced_alert_that_comes_back_pending_and_goes_gets_its_resolved() -> None:
+    """Fired and announced; resolved within group_interval (its resolve held back); its condition back, so pending
+    again under `for`; gone again while pending. The receiver, which still has it as firing, is told it resolved
+    (it was dropped with the pending alert, and the receiver never heard of it again)."""
+    b = book()
+    f = finding(for_s=60)
+    sent = []
+    for t, found in [(0, [f]), (60, [f]), (90, [f]), (120, []), (150, [f]), (180, []), (400, []), (700, [])]:
+        sent += [(t, kind) for kind in step(b, found, t)]
+    assert sent == [(90, "firing"), (400, "resolved")]
+    assert b.alerts == {} and b.groups == {}
+    # Still pending when group_interval is over: the resolve goes out then (a pending alert is not firing)...
+    b = book()
+    sent = []
+    for t, found in [(0, [f]), (60, [f]), (90, [f]), (120, []), (380, [f]), (400, [f]), (440, [f]), (500, [f])]:
+        sent += [(t, kind) for kind in step(b, found, t)]
+    # ...and once its `for` is over (440), it fires anew, announced after group_wait.
+    assert sent == [(90, "firing"), (400, "resolved"), (500, "firing")]

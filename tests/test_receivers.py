@@ -68,3 +68,40 @@ def test_below_the_storm_threshold_each_group_is_told_and_other_clusters_are_apa
     b.apply("d", [finding(f"h{i}", "warning", cluster="d") for i in range(3)], frozenset(), 0)
     notes = b.due(0)
     assert len(told(notes, "chat")) == 8 and all(n.storm is None for n in notes)
+
+
+def test_a_storm_announces_late_joiners_and_worse_groups_after_group_interval_and_repeats() -> None:
+    """A group that starts firing within group_interval of the storm's last summary joins quietly: the summary
+    after group_interval counts it (it was never announced at all). A member that gets worse is news as well; a
+    storm still on is repeated after repeat_interval; groups that resolve leave quietly."""
+    b = AlertBook(
+        AlertsConfig.model_validate(
+            {"group_wait_s": 0, "group_interval_s": 300, "repeat_interval_s": 3600, "storm_threshold": 2}
+        ),
+        receivers=(CHAT,),
+    )
+    storm = [finding(f"g{i}", "warning") for i in range(3)]
+    late = finding("late", "critical")
+    sent: list[tuple[float, str, int, str]] = []
+
+    def poll(t: float, found: list[Finding]) -> None:
+        b.apply("c", found, frozenset(), t)
+        for n in b.due(t):
+            assert n.storm is not None
+            sent.append((t, n.kind, n.storm["groups_firing"], n.severity))
+
+    poll(0, storm)
+    poll(60, [*storm, late])  # joins quietly
+    poll(290, [*storm, late])
+    poll(300, [*storm, late])  # group_interval over: the summary counts it
+    worse = [finding("g0", "critical"), *storm[1:], late]
+    poll(400, worse)  # g0 got worse, within group_interval of the last summary
+    poll(600, worse)
+    poll(700, worse[1:])  # g0 resolves: quiet
+    poll(4300, worse[1:])  # repeat_interval after the last summary
+    assert sent == [
+        (0, "firing", 3, "warning"),
+        (300, "update", 4, "critical"),
+        (600, "update", 4, "critical"),
+        (4300, "repeat", 3, "critical"),
+    ]

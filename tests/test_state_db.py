@@ -279,3 +279,40 @@ def _in_memory(outbox: Outbox) -> tuple[object, ...]:
         (Outbox.row_key(d), d.attempts, d.next_attempt_at, d.last_error, int(d.in_flight)) for d in outbox.deliveries
     }
     return queued, outbox.refs
+
+
+def test_one_queued_notification_of_another_shape_is_set_aside_alone(tmp_path: Path) -> None:
+    """A delivery row a newer lagwatch wrote (one more field) is set aside on its own: the other queued
+    notifications are still delivered, and the group whose notification was set aside is announced again."""
+    from tests.serve_fakes import make_daemon
+
+    class Quiet:
+        name = "quiet"
+
+        def send(self, notification: object, ref: object) -> None:
+            return None
+
+    daemon = make_daemon(tmp_path, notifiers={"quiet": Quiet()}, alerts={"group_wait_s": 0})
+    with daemon.book_lock:
+        daemon.book.apply("c", [finding(f"g{i}") for i in range(5)], frozenset(), 1000.0)
+        daemon._flush(1000.0)
+    assert daemon.outbox.pending() == 5
+    daemon.stop()
+    db = sqlite3.connect(tmp_path / "state.db")
+    key, body = db.execute("SELECT id, body FROM outbox ORDER BY id LIMIT 1").fetchone()
+    odd = json.loads(body)
+    odd["priority"] = "high"
+    db.execute("UPDATE outbox SET body = ? WHERE id = ?", (json.dumps(odd), key))
+    db.commit()
+    db.close()
+    again = make_daemon(tmp_path, notifiers={"quiet": Quiet()}, alerts={"group_wait_s": 0})
+    try:
+        assert again.outbox.pending() == 4
+        assert [k for (k,) in again.store.db.db.execute("SELECT key FROM set_aside WHERE tbl = 'outbox'")] == [key]
+        with again.book_lock:
+            again._flush(1001.0)  # the set-aside group is owed its announcement
+        assert again.outbox.pending() == 5
+        groups = sorted(d.notification.group_labels["group"] for d in again.outbox.deliveries)
+        assert groups == [f"g{i}" for i in range(5)]
+    finally:
+        again.stop()

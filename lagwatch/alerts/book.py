@@ -129,8 +129,10 @@ class Storm:
     key: str
     receiver: str
     cluster: str
-    members: dict[str, str] = field(default_factory=dict)  # group key -> worst severity when announced
+    members: dict[str, str] = field(default_factory=dict)  # group key -> its worst severity now
     last_notified_at: float = 0.0
+    # The members as the last summary told them: a group new or worse since is news for the next summary.
+    announced: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -230,21 +232,32 @@ class AlertBook:
                 # Nothing is known of this scope now. A pending alert is dropped (never announced): after the
                 # outage its condition must hold for its whole `for` again, on fresh evidence.
                 if alert.state == "pending":
-                    del self.alerts[key]
+                    self._drop_pending(alert, now)
                 continue
             if key in held:
                 if alert.state == "pending":
                     alert.started_at = now
                 continue
             if alert.state == "pending":
-                del self.alerts[key]
+                self._drop_pending(alert, now)
             else:
                 alert.state, alert.resolved_at, alert.updated_at = "resolved", now, now
 
     def forget_pending(self, cluster: str) -> None:
         """After a blind spell (lagwatch down, polls skipped): pending alerts of `cluster` start over."""
-        for key in [k for k, a in self.alerts.items() if a.cluster == cluster and a.state == "pending"]:
-            del self.alerts[key]
+        for alert in [a for a in self.alerts.values() if a.cluster == cluster and a.state == "pending"]:
+            self._drop_pending(alert, alert.updated_at)
+
+    def _drop_pending(self, alert: Alert, now: float) -> None:
+        """A pending alert that goes away was never announced, and is forgotten; unless a receiver still has it
+        as firing (it fired, resolved within group_interval, and came back pending before that receiver was told
+        of the resolve): then it is resolved, and that receiver gets its "resolved"."""
+        gkey = self._group_keys.get(alert.key) or self.group_key(alert)[0]
+        group = self.groups.get(gkey)
+        if group is not None and any(alert.key in told for told in group.notified.values()):
+            alert.state, alert.resolved_at, alert.updated_at = "resolved", now, now
+        else:
+            del self.alerts[alert.key]
 
     # -- notifications ------------------------------------------------------------------------------------------
 
@@ -326,11 +339,13 @@ class AlertBook:
                 told = group.notified.get(r, {})
                 firing = [a for a in live if receiver.accepts(a)]
                 current = {a.key: a.severity for a in firing}
-                # Announced, and now resolved, or still firing but below this receiver's route.
+                # Announced, and now resolved, or still firing but below this receiver's route, or resolved and
+                # then pending again (its condition back, its `for` not yet over): all of them ended for the
+                # receiver, which is owed a "resolved" (a pending alert is not firing, as in Alertmanager).
                 left = [
                     a
                     for a in alerts
-                    if a.key in told and a.key not in current and (a.state == "resolved" or a.key in live_keys)
+                    if a.key in told and a.key not in current and (a.state != "firing" or a.key in live_keys)
                 ]
                 kind = self._kind(told, group.last_notified_at.get(r), firing, current, left, now)
                 if kind is None:
@@ -356,7 +371,7 @@ class AlertBook:
             for group, firing in firsts:
                 out.append(self._notify(group, r, "firing", firing, [], now))
                 self._record(group, r, {a.key: a.severity for a in firing}, now)
-        out += self._storms_ended(now)
+        out += self._storms_due(now)
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
             needed = {k for told in group.notified.values() for k in told}
@@ -410,7 +425,11 @@ class AlertBook:
         self, group: AlertGroup, receiver: str, kind: str, firing: list[Alert], left: list[Alert], now: float
     ) -> Notification:
         self.sequence += 1
-        resolved = [{**_as_dict(a), "state": "resolved"} for a in sorted(left, key=lambda a: a.key)]
+        # Ended for this receiver now, if not before: a pending alert, or one below its route, has no resolved_at.
+        resolved = [
+            {**_as_dict(a), "state": "resolved", "resolved_at": a.resolved_at if a.state == "resolved" else now}
+            for a in sorted(left, key=lambda a: a.key)
+        ]
         alerts = [_as_dict(a) for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key))] + resolved
         severity = max((a.severity for a in firing), key=lambda s: _RANK.get(s, 0), default="resolved")
         return Notification(
@@ -439,27 +458,43 @@ class AlertBook:
             group.storm[receiver] = key
             self._record(group, receiver, {a.key: a.severity for a in firing}, now)
         if kind == "update" and now - storm.last_notified_at < self.config.group_interval_s:
-            return []  # joined quietly; the next summary counts them
-        storm.last_notified_at = now
+            return []  # joined quietly: the summary after group_interval counts them (_storms_due)
         return [self._storm_summary(storm, kind, now)]
 
-    def _storms_ended(self, now: float) -> list[Notification]:
+    def _storms_due(self, now: float) -> list[Notification]:
+        """Each storm's members as they are now (groups resolved leave, a group's worst severity follows its
+        alerts); then its summary when due: "update" once group_interval is over if a group joined or got worse
+        since the last summary, "repeat" after repeat_interval, "resolved" when the last group has left."""
         out = []
+        cfg = self.config
         for key, storm in list(self.storms.items()):
-            still = {
-                g: s
-                for g, s in storm.members.items()
-                if g in self.groups and self.groups[g].storm.get(storm.receiver) == key
-            }
+            still = {}
+            for g in storm.members:
+                group = self.groups.get(g)
+                if group is None or group.storm.get(storm.receiver) != key:
+                    continue
+                told = group.notified.get(storm.receiver, {})
+                still[g] = max(told.values(), key=lambda s: _RANK.get(s, 0), default=storm.members[g])
             storm.members = still
             if not still:
                 del self.storms[key]
-                if self.config.send_resolved:
+                if cfg.send_resolved:
                     out.append(self._storm_summary(storm, "resolved", now))
+                continue
+            since_last = now - storm.last_notified_at
+            announced = storm.announced
+            news = any(
+                g not in announced or _RANK.get(s, 0) > _RANK.get(announced[g], 0) for g, s in still.items()
+            )  # a group joined or got worse (groups that resolve leave quietly: the storm's end says it)
+            if news and since_last >= cfg.group_interval_s:
+                out.append(self._storm_summary(storm, "update", now))
+            elif since_last >= cfg.repeat_interval_s:
+                out.append(self._storm_summary(storm, "repeat", now))
         return out
 
     def _storm_summary(self, storm: Storm, kind: str, now: float) -> Notification:
         self.sequence += 1
+        storm.last_notified_at, storm.announced = now, dict(storm.members)
         members = [self.groups[g] for g in storm.members if g in self.groups]
         alerts = [self.alerts[k] for g in members for k in g.notified.get(storm.receiver, {}) if k in self.alerts]
         by_rule: dict[str, int] = {}

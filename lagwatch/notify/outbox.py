@@ -149,12 +149,31 @@ class Outbox:
             return {"deliveries": [d.to_json() for d in self.deliveries], "refs": dict(self.refs)}
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any] | None) -> Outbox:
+    def from_json(
+        cls, raw: dict[str, Any] | None, rejected: list[tuple[str, str, tuple[str, str] | None]] | None = None
+    ) -> Outbox:
+        """Restores the queued deliveries one by one: a row of another shape (a newer lagwatch, a hand edit) is
+        left out and reported in `rejected` as (row key, why, its (notifier, alert group key) where readable); every other
+        delivery is kept."""
         if not raw:
             return cls()
-        return cls(
-            deliveries=[Delivery.from_json(d) for d in raw.get("deliveries", [])], refs=dict(raw.get("refs", {}))
-        )
+        deliveries = []
+        for row in raw.get("deliveries", []):
+            try:
+                deliveries.append(Delivery.from_json(row))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                if rejected is None:
+                    raise
+                notification = row.get("notification") if isinstance(row, dict) else None
+                notification = notification if isinstance(notification, dict) else {}
+                key = f"{row.get('notifier')}|{notification.get('id')}" if isinstance(row, dict) else repr(row)[:80]
+                notifier, group_key = (
+                    row.get("notifier") if isinstance(row, dict) else None,
+                    notification.get("group_key"),
+                )
+                whose = (notifier, group_key) if isinstance(notifier, str) and isinstance(group_key, str) else None
+                rejected.append((key, f"{type(e).__name__}: {e}", whose))
+        return cls(deliveries=deliveries, refs=dict(raw.get("refs", {})))
 
 
 def _superseded(n: Notification) -> bool:
