@@ -56,6 +56,21 @@ def test_no_flapping_at_a_steady_threshold(noise: list[int]) -> None:
     assert [n.kind for n in lag_notes] == ["firing"]
 
 
+def test_a_pending_lag_alert_needs_the_full_threshold_for_its_whole_for() -> None:
+    """Over the threshold at one poll (a pause), then back to 85% of it: the condition did not hold for `for`.
+    The hysteresis band keeps an alert that fired; it does not carry one that is only pending to firing."""
+    p = Pipeline({"lag": {"warning": {"offsets": 1000}, "critical": {"offsets": 10**9}, "for_s": 120}})
+    for i in range(20):
+        lag = 1050 if i == 5 else 850
+        p.step(snapshot(i * 30, [group(committed={TP: 3000 * i + 5000 - lag})], {TP: 3000 * i + 5000}))
+    assert not [n for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)]
+    # Over it for the whole `for`, it fires; and then the band holds it at 85%.
+    for i in range(20, 40):
+        lag = 1050 if i < 26 else 850
+        p.step(snapshot(i * 30, [group(committed={TP: 3000 * i + 5000 - lag})], {TP: 3000 * i + 5000}))
+    assert [n.kind for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)] == ["firing"]
+
+
 @given(
     ends=st.lists(st.integers(0, 50), min_size=3, max_size=30),
     state=st.sampled_from(["Stable", "Empty"]),

@@ -182,8 +182,14 @@ class AlertBook:
     # -- alert states -------------------------------------------------------------------------------------------
 
     def active_severities(self, cluster: str) -> dict[str, str]:
-        """Severity of each pending or firing alert of `cluster`, for rules with hysteresis."""
-        return {a.key: a.severity for a in self.alerts.values() if a.cluster == cluster and a.state != "resolved"}
+        """Severity of each firing alert of `cluster`, and "pending" for each pending one: rules with hysteresis
+        hold only what has fired (a pending alert's condition must hold in full for its whole `for`), and rules
+        can hold both when they cannot judge."""
+        return {
+            a.key: a.severity if a.state == "firing" else "pending"
+            for a in self.alerts.values()
+            if a.cluster == cluster and a.state != "resolved"
+        }
 
     def apply(
         self,

@@ -25,7 +25,7 @@ class GroupContext:
     track: GroupTrack | None
     resolver: RuleResolver
     now: float
-    active: Mapping[str, str]  # key -> severity of alerts currently pending or firing
+    active: Mapping[str, str]  # key -> severity of each firing alert, "pending" for each pending one
     # Alert keys a rule could not judge this time (its window is not covered by unbroken observation): their
     # alerts neither fire nor resolve. Shared with the engine, which hands it to the alert book.
     held: set[str]
@@ -75,7 +75,7 @@ class GroupContext:
         return rule + self._labels_and_key(topic)[1]
 
     def active_severity(self, rule: str, topic: str | None = None) -> str | None:
-        """Severity of the alert this rule would raise here, if it is already pending or firing."""
+        """Severity of the alert this rule would raise here if it fires already; "pending" if it is pending."""
         return self.active.get(self._key(rule, topic)) if self.active else None
 
     def finding(

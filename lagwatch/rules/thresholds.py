@@ -20,8 +20,10 @@ def _over(threshold: Threshold, offsets: int, seconds: float | None, ratio: floa
 
 
 def lag_severity(rule: LagRule, offsets: int, seconds: float | None, active: str | None) -> str | None:
-    """Severity now, given the severity the alert already has (None if not active). Crossing a level needs the
-    full threshold; staying at a level needs only `resolve_ratio` of it, so lag hovering at a threshold does not flap."""
+    """Severity now, given the severity the alert already fires with (None if it does not; "pending" while its
+    `for` runs). Crossing a level needs the full threshold; staying at a level an alert fired at needs only
+    `resolve_ratio` of it, so lag hovering at a threshold does not flap. A pending alert is held to the full
+    threshold: its condition must hold for its whole `for`."""
     held = _RANK.get(active or "", 0)
     for level in ("critical", "warning"):
         ratio = rule.resolve_ratio if held >= _RANK[level] else 1.0
