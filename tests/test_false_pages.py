@@ -6,9 +6,12 @@ Polls every 5 s, with millisecond jitter as real polls have. Rules tightened so 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
-from lagwatch.model import GroupKind, TopicPartition
+import pytest
+
+from lagwatch.model import GroupKind, PartitionOffsets, TopicPartition
 from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
 from tests.synthetic import TP, Pipeline, group, snapshot
 
@@ -220,3 +223,34 @@ def test_exact_empty_time_from_group_metadata_warns_from_the_first_poll() -> Non
     )
     (alert,) = [a for a in p.book.alerts.values() if a.rule == "expiry"]
     assert alert.state == "firing" and alert.details["observed"] and alert.details["expires_at"] == now + 120
+
+
+def _stuck_consumer_with_one_odd_poll(odd: str) -> Pipeline:
+    """A consumer stuck for good (members there, committed frozen, records arriving), so stalled, lag and
+    stopped-or-not alerts fire; at one poll part of the picture is missing, then everything is as before."""
+    p = pipeline()
+    end = 1000
+    for i, t in enumerate(times(0, 400)):
+        end += 50
+        partitions = {TP: end}
+        stuck = group("stuck", committed={TP: 100})
+        if i == 40 and odd == "log end unread":  # ListOffsets answered an error for the partition
+            snap = snapshot(t, [stuck], partitions)
+            offsets = dict(snap.partitions)
+            offsets[TP] = PartitionOffsets(None, None, error="OFFSET_NOT_AVAILABLE")
+            p.step(dataclasses.replace(snap, partitions=offsets))
+            continue
+        if i == 40 and odd == "rebalance":  # caught between two generations: no members
+            stuck = group("stuck", committed={TP: 100}, state="PreparingRebalance", members=0)
+        p.step(snapshot(t, [stuck], partitions))
+    return p
+
+
+@pytest.mark.parametrize("odd", ["log end unread", "rebalance"])
+def test_one_poll_with_part_of_the_picture_missing_resolves_nothing(odd: str) -> None:
+    """One poll without the partition's log end (an election), or with the group mid-rebalance and no members:
+    the stuck consumer's alerts resolved at that poll and paged again at the next, or a window later."""
+    p = _stuck_consumer_with_one_odd_poll(odd)
+    told = [(n.kind, sorted((a["rule"], a["state"]) for a in n.alerts)) for n in p.sent]
+    assert told == [("firing", [("lag", "firing")]), ("update", [("lag", "firing"), ("stalled", "firing")])], told
+    assert {a.rule for a in p.book.alerts.values() if a.state == "firing"} >= {"lag", "stalled"}

@@ -40,6 +40,7 @@ class TopicLag(NamedTuple):
     sum_lag: int
     max_lag: int
     partitions: int
+    unknown: int = 0  # committed partitions whose log end could not be read this poll (LagState.UNKNOWN)
 
 
 class GroupLag(NamedTuple):
@@ -50,6 +51,7 @@ class GroupLag(NamedTuple):
     sum_lag: int = 0  # over every partition with a known lag
     max_lag: int = 0
     below_log_start: int = 0  # rows in LagState.BELOW_LOG_START (the rule of that name looks only when > 0)
+    unknown: int = 0  # rows in LagState.UNKNOWN: committed, but the log end could not be read this poll
 
     def count_state(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
@@ -85,7 +87,7 @@ def group_lag(
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
     topic: str | None = None
-    topic_sum = topic_max = topic_rows = below = 0
+    topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = 0
     NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
         LagState.NO_COMMIT,
         LagState.UNKNOWN,
@@ -140,15 +142,18 @@ def group_lag(
         rows.append(row)
         if tp.topic != topic:
             if topic is not None:
-                topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows))
-            topic, topic_sum, topic_max, topic_rows = tp.topic, 0, 0, 0
+                topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows, topic_unknown))
+            topic, topic_sum, topic_max, topic_rows, topic_unknown = tp.topic, 0, 0, 0, 0
         topic_rows += 1
         if lag is not None:
             topic_sum += lag
             if lag > topic_max:
                 topic_max = lag
+        elif state is UNKNOWN:
+            topic_unknown += 1
+            unknown += 1
     if topic is not None:
-        topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows))
+        topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows, topic_unknown))
     return GroupLag(
         group,
         tuple(rows),
@@ -157,4 +162,5 @@ def group_lag(
         sum(t.sum_lag for t in topics),
         max((t.max_lag for t in topics), default=0),
         below,
+        unknown,
     )

@@ -71,6 +71,11 @@ def evaluate(
             )
             continue
         lag = group_lag(group, snapshot.partitions, use_last_stable)
+        if lag.unknown:
+            # Part of the picture is missing this poll (a partition's log end unreadable, as in an election): what
+            # is found still fires, but nothing resolves on it. One such poll resolved a stuck consumer's alerts
+            # and paged them again at the next.
+            frozen.add(group.group_id)
         track = history.groups.get(group.group_id)
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)

@@ -26,14 +26,30 @@ def _lag(s: Sample) -> int | None:
     return max(0, s.log_end - s.committed)
 
 
+# Classic groups between two generations: members leave and join again, and a poll may see none at all.
+REBALANCING = frozenset({"PreparingRebalance", "CompletingRebalance"})
+
+
 def _has_members(ctx: GroupContext) -> bool:
     return len(ctx.group.members) > 0
+
+
+def _between_generations(ctx: GroupContext) -> bool:
+    """No members because a rebalance is under way: rules that need members cannot judge this poll (one such
+    poll resolved a stuck consumer's alerts and paged them again at the next)."""
+    return not ctx.group.members and ctx.group.state in REBALANCING
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
     """Members are there, and a partition had records to consume at every poll of the window while its committed
     offset did not move. Quiet time with nothing to consume is not a stall."""
-    if not _has_members(ctx) or ctx.track is None:
+    if ctx.track is None:
+        return
+    if _between_generations(ctx):
+        for topic in {tp.topic for tp in ctx.track.partitions}:
+            ctx.hold("stalled", topic)
+        return
+    if not _has_members(ctx):
         return
     by_topic: dict[str, list[int]] = {}
     history = ctx.history
@@ -56,8 +72,12 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         if not _covered(samples, ctx.now - window):
             continue
         committed = {s.committed for s in samples}
-        if len(committed) == 1 and None not in committed and all(_lag(s) for s in samples):
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        if len(committed) == 1 and None not in committed:
+            lags = [_lag(s) for s in samples]
+            if all(lags):
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            elif all(lag is None or lag > 0 for lag in lags):  # a poll without the log end: it cannot tell
+                ctx.hold("stalled", tp.topic)
     for topic, parts in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
         yield ctx.finding(
@@ -173,6 +193,9 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     is `stopped`'s story, not this one's."""
     rules, _ = ctx.rules()
     if not rules.falling_behind.enabled or ctx.track is None:
+        return
+    if _between_generations(ctx):
+        ctx.hold("falling_behind")
         return
     if ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER) and not _has_members(ctx):
         return

@@ -38,7 +38,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         rules, _ = ctx.rules(topic.topic)
-        if not rules.lag.enabled:
+        if not rules.lag.enabled or topic.unknown:  # a partition's log end unread: its alert is held as it is
             continue
         severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
         if severity is None:
