@@ -51,6 +51,11 @@ class PartitionOffsets:
     log_end: int | None
     last_stable: int | None = None
     error: str | None = None
+    # Where the control records (transaction markers) that end the log begin, when the poll looked (a consumer
+    # committed there, at most a few records below the log end of an idle partition): a consumer committed at or
+    # past it has nothing left to consume, though the log end is above its offset. None: not looked, or no such
+    # records at the end.
+    consumable_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

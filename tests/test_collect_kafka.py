@@ -233,3 +233,46 @@ def test_exact_lag_seconds_from_the_record_timestamp(bootstrap: str) -> None:
     )
     (p,) = measure.partitions
     assert p.lag_time.exact and abs(p.lag_time.seconds - (snapshot.taken_at - (hour_ago_ms / 1000 + 25))) < 1e-6  # type: ignore[operator]
+
+
+def test_a_consumer_committed_below_a_transaction_marker_has_nothing_to_consume(bootstrap: str) -> None:
+    """A transactional producer's records end with a commit marker no consumer receives: a consumer that took
+    every record and committed past the last one stays one offset below the log end (kafka-consumer-groups says
+    LAG 1, for ever). Once the log is idle, the poll looks at that tail and finds only the marker: lag 0. A
+    group one real record behind still lags, as kafka-consumer-groups counts it (the record and the marker)."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.structs import TopicPartition as KafkaTP
+
+    topic, done_group, behind_group = unique("txn"), unique("txn-done"), unique("txn-behind")
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique("tx"))
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(10):
+        producer.send(topic, f"r{i}".encode(), partition=0)
+    producer.commit_transaction()
+    producer.close()
+    for group, offset in ((done_group, 10), (behind_group, 9)):  # 10 records at 0-9, the marker at 10
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        kafka_scenario.commit(consumer, {KafkaTP(topic, 0): offset})
+        consumer.close()
+    poller = ClusterPoller(
+        "c", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[done_group, behind_group]))
+    )
+    try:
+        first, second, third = poller.poll(), poller.poll(), poller.poll()
+    finally:
+        poller.close()
+
+    def lags(snapshot):  # type: ignore[no-untyped-def]
+        return {
+            g.group_id: [(p.lag, p.state) for p in group_lag(g, snapshot.partitions).partitions]
+            for g in snapshot.groups
+        }
+
+    (tp,) = second.partitions
+    assert first.partitions[tp].log_end == 11 and first.partitions[tp].consumable_end is None
+    assert lags(first) == {done_group: [(1, LagState.OK)], behind_group: [(2, LagState.OK)]}  # not looked yet
+    assert second.partitions[tp].consumable_end == 10 and second.requests.get("Fetch") == 1
+    assert lags(second) == {done_group: [(0, LagState.OK)], behind_group: [(2, LagState.OK)]}
+    assert third.partitions[tp].consumable_end == 10 and "Fetch" not in third.requests  # once per log end

@@ -254,3 +254,26 @@ def test_one_poll_with_part_of_the_picture_missing_resolves_nothing(odd: str) ->
     told = [(n.kind, sorted((a["rule"], a["state"]) for a in n.alerts)) for n in p.sent]
     assert told == [("firing", [("lag", "firing")]), ("update", [("lag", "firing"), ("stalled", "firing")])], told
     assert {a.rule for a in p.book.alerts.values() if a.state == "firing"} >= {"lag", "stalled"}
+
+
+def test_a_consumer_caught_up_below_a_transaction_marker_is_silent() -> None:
+    """Transactions of 100 records and a commit marker, then the producer goes quiet. The consumer took every
+    record: committed one below the log end, on the marker. Once the collector has found only markers above it
+    (consumable_end), there is nothing to consume: no lag, no stall, and nothing lost when retention deletes
+    the segments (log start at the log end). Before, stalled and lag paged, and below_log_start said a record
+    was never consumed and is gone. A consumer really stuck beside it is still caught."""
+    p = pipeline()
+    end = 0
+    for i, t in enumerate(times(0, 400)):
+        if i < 10:
+            end += 101
+        done = group("done", committed={TP: end - 1})
+        stuck = group("stuck", committed={TP: 50})
+        snap = snapshot(t, [done, stuck], {TP: end}, starts={TP: end if i > 60 else 0})
+        if i >= 11:  # the log idle since the last poll: the collector looked at the tail
+            snap = dataclasses.replace(
+                snap, partitions={TP: dataclasses.replace(snap.partitions[TP], consumable_end=end - 1)}
+            )
+        p.step(snap)
+    assert notified(p, "done") == []
+    assert {"lag", "stalled", "below_log_start"} <= {rule for _, rules in notified(p, "stuck") for rule in rules}

@@ -57,6 +57,10 @@ def classify(protocol_type: str, group_type: str | None) -> GroupKind:
     return GroupKind.OTHER
 
 
+# Control records (transaction markers) a group may be committed below: one per transaction in the tail.
+CONTROL_TAIL_RECORDS = 16
+
+
 class ClusterPoller:
     """Keeps one admin connection to one cluster and turns each poll into a snapshot. Not thread-safe."""
 
@@ -69,6 +73,10 @@ class ClusterPoller:
         self._previous_topics: set[str] = set()
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
+        # Short tails looked at: partition -> (log end, from offset, where its control records begin or None).
+        # A log's records never change below its end: the answer stands until the log end moves.
+        self._tails: dict[TopicPartition, tuple[int, int, int | None]] = {}
+        self._short_tails: dict[TopicPartition, int] = {}  # the last poll's partitions with one: their log end
 
     def close(self) -> None:
         if self._admin is not None:
@@ -139,7 +147,51 @@ class ClusterPoller:
         # any group when every partition is kept, as without a topic filter).
         if len(needed) != len(seen):
             groups = tuple(_only_topics(g, kept) for g in groups)
+        partitions = self._control_tails(wire, groups, partitions, leaders)
         return groups, partitions, self._record_times(wire, groups, partitions, leaders), missing
+
+    def _control_tails(
+        self,
+        wire: Wire,
+        groups: tuple[GroupSnapshot, ...],
+        partitions: dict[TopicPartition, PartitionOffsets],
+        leaders: dict[TopicPartition, int],
+    ) -> dict[TopicPartition, PartitionOffsets]:
+        """Transactional topics end each transaction with a control record (a marker) that no consumer receives:
+        a consumer that took every record may stay committed below the log end, with a lag that is not one. For
+        the partitions of an idle log (its end unchanged since the last poll) on which a group is committed a few
+        records below the end, the records in between are looked at (one Fetch per leader, once per log end)."""
+        short: dict[TopicPartition, int] = {}  # partition -> the lowest committed offset in its short tail
+        for g in groups:
+            for tp, committed in g.committed.items():
+                offsets = partitions.get(tp)
+                if offsets is None or offsets.log_end is None:
+                    continue
+                offset = committed.offset
+                if 0 < offsets.log_end - offset <= CONTROL_TAIL_RECORDS and offset < short.get(tp, offset + 1):
+                    short[tp] = offset
+        previous, self._short_tails = self._short_tails, {tp: partitions[tp].log_end or 0 for tp in short}
+        wanted: dict[TopicPartition, tuple[int, int]] = {}
+        known: dict[TopicPartition, int | None] = {}
+        for tp, offset in short.items():
+            log_end = self._short_tails[tp]
+            cached = self._tails.get(tp)
+            if cached is not None and cached[0] == log_end and cached[1] <= offset:
+                known[tp] = cached[2]
+            elif previous.get(tp) == log_end:  # idle since the last poll: a busy log's tail is not looked at
+                wanted[tp] = (offset, log_end)
+        if wanted:
+            found = wire.run(wire.control_tails, leaders, wanted)
+            for tp in wanted:
+                known[tp] = found.get(tp)
+        self._tails = {tp: (self._short_tails[tp], short[tp], begins) for tp, begins in known.items()}
+        if not any(begins is not None for begins in known.values()):
+            return partitions
+        marked = dict(partitions)
+        for tp, begins in known.items():
+            if begins is not None:
+                marked[tp] = replace(partitions[tp], consumable_end=begins)
+        return marked
 
     def _record_times(
         self,

@@ -257,6 +257,23 @@ class Wire:
                     _read_record_times(response, dict(items), times)
         return times
 
+    async def control_tails(
+        self, leaders: Mapping[TopicPartition, int], wanted: Mapping[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, int]:
+        """For each wanted partition (offset, log end): where the run of control records (transaction markers)
+        that ends the log begins, if only such records lie between the offset and the log end. One Fetch per
+        leader; a partition whose batches could not all be read is left out."""
+        by_leader: dict[int, list[tuple[TopicPartition, int]]] = {}
+        for tp, (offset, _) in wanted.items():
+            if tp in leaders:
+                by_leader.setdefault(leaders[tp], []).append((tp, offset))
+        requests = [(leader, _fetch_request(items, TAIL_BYTES)) for leader, items in by_leader.items()]
+        tails: dict[TopicPartition, int] = {}
+        for response in await self._send_all(requests):
+            if not isinstance(response, BaseException):
+                _read_control_tails(response, wanted, tails)
+        return tails
+
     # -- broker settings -----------------------------------------------------------------------------------
 
     def broker_configs(self, broker_ids: list[int], names: list[str]) -> dict[int, dict[str, str]]:
@@ -272,13 +289,13 @@ class Wire:
         return result
 
 
-def _fetch_request(items: list[tuple[TopicPartition, int]]) -> Any:
+def _fetch_request(items: list[tuple[TopicPartition, int]], partition_bytes: int = 1024) -> Any:
     topic_cls = FetchRequest.FetchTopic
     by_topic: dict[str, list[Any]] = {}
     for tp, offset in items:
         # A small limit: the broker still returns the whole first batch, which holds the record wanted.
         by_topic.setdefault(tp.topic, []).append(
-            topic_cls.FetchPartition(partition=tp.partition, fetch_offset=offset, partition_max_bytes=1024)
+            topic_cls.FetchPartition(partition=tp.partition, fetch_offset=offset, partition_max_bytes=partition_bytes)
         )
     return FetchRequest(
         replica_id=-1,
@@ -310,6 +327,31 @@ def _read_record_times(
                         break
             except Exception:
                 continue  # a compression codec not installed, or a batch cut short: interpolation stays
+
+
+TAIL_BYTES = 16384  # a transaction marker's batch is about 80 bytes: a few records' tail fits many times over
+
+
+def _read_control_tails(
+    response: Any, wanted: Mapping[TopicPartition, tuple[int, int]], tails: dict[TopicPartition, int]
+) -> None:
+    for t in response.responses:
+        for p in t.partitions:
+            tp = TopicPartition(t.topic, p.partition_index)
+            if tp not in wanted or p.error_code != 0 or not p.records:
+                continue
+            offset, log_end = wanted[tp]
+            begins, reached = offset, offset  # after the last data record seen; how far the batches read go
+            try:
+                records = MemoryRecords(bytes(p.records))
+                while (batch := records.next_batch()) is not None:
+                    reached = max(reached, batch.next_offset)
+                    if batch.next_offset > offset and not getattr(batch, "is_control_batch", False):
+                        begins = max(begins, batch.next_offset)  # a data batch: its records can be consumed
+            except Exception:
+                continue  # a batch cut short or a codec not installed: not known, nothing claimed
+            if reached >= log_end and begins < log_end:
+                tails[tp] = begins
 
 
 def _list_offsets_request(tps: list[TopicPartition], spec: OffsetSpec, isolation: int) -> Any:

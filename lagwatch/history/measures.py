@@ -129,7 +129,7 @@ def measure_group(
         log_end = p.log_end
         if committed is None or log_end is None:
             lag_time = UNKNOWN
-        elif committed >= log_end:
+        elif committed >= log_end or p.lag == 0:  # at the log end, or only markers or open transactions above
             lag_time = CAUGHT_UP  # the common answers without a call (this runs for every group-partition)
             if p.topic not in topic_seconds:
                 topic_seconds[p.topic] = 0.0

@@ -52,6 +52,9 @@ class GroupLag(NamedTuple):
     max_lag: int = 0
     below_log_start: int = 0  # rows in LagState.BELOW_LOG_START (the rule of that name looks only when > 0)
     unknown: int = 0  # rows in LagState.UNKNOWN: committed, but the log end could not be read this poll
+    # Rows caught up below the log end: only transaction markers above them (PartitionOffsets.consumable_end),
+    # or, with use_last_stable, only records of transactions still open.
+    settled: int = 0
 
     def count_state(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
@@ -87,7 +90,7 @@ def group_lag(
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
     topic: str | None = None
-    topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = 0
+    topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = settled = 0
     NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
         LagState.NO_COMMIT,
         LagState.UNKNOWN,
@@ -112,7 +115,13 @@ def group_lag(
                 lag, state = None, UNKNOWN
             else:
                 lag = end - offset if end > offset else 0  # clamped: read races never go negative
-                if log_start is not None and offset < log_start:
+                markers = offsets.consumable_end if lag and offsets is not None else None
+                if markers is not None and offset >= markers:  # only transaction markers left: nothing to consume
+                    lag = 0
+                if lag == 0 and log_end is not None and offset < log_end:
+                    settled += 1  # caught up below the log end (markers, or the last stable offset)
+                    state = OK
+                elif log_start is not None and offset < log_start:
                     state = BELOW_LOG_START
                     below += 1
                 else:
@@ -163,4 +172,5 @@ def group_lag(
         max((t.max_lag for t in topics), default=0),
         below,
         unknown,
+        settled,
     )

@@ -39,8 +39,9 @@ from lagwatch.offsets_topic import (
 )
 
 # 2: group rows carry `expires_at`; `record` rows and the poll row's `records_caught_up` carry the exact clocks' input.
-# Readers take both versions (a column missing from version-1 files reads as null).
-SCHEMA_VERSION = 2
+# 3: partition and offsets rows carry `consumable_end` (where the transaction markers that end the log begin).
+# Readers take every version (a column missing from older files reads as null).
+SCHEMA_VERSION = 3
 
 # Column name -> type (names of pyarrow types, so that this module needs no pyarrow). `cluster` and `date` are
 # the Hive partition keys: in the path, not in the files.
@@ -67,6 +68,7 @@ SNAPSHOT_COLUMNS: dict[str, str] = {
     "log_start": "int64",
     "log_end": "int64",
     "last_stable": "int64",
+    "consumable_end": "int64",  # PartitionOffsets.consumable_end: only transaction markers from there to log_end
     "partition_error": "string",
     "lag": "int64",
     "lag_state": "string",
@@ -275,7 +277,8 @@ def snapshot_rows(
                     c.offset if c else None, c.leader_epoch if c else None, c.metadata if c else None,
                     offsets is not None,
                     offsets.log_start if offsets else None, offsets.log_end if offsets else None,
-                    offsets.last_stable if offsets else None, offsets.error if offsets else None,
+                    offsets.last_stable if offsets else None, offsets.consumable_end if offsets else None,
+                    offsets.error if offsets else None,
                     fig[0], fig[1], fig[2], fig[3], fig[4],
                     member.member_id if member else None,
                     None, None, None, None, None, None, None, None, None, None,
@@ -291,6 +294,7 @@ def snapshot_rows(
                 log_start=offsets.log_start,
                 log_end=offsets.log_end,
                 last_stable=offsets.last_stable,
+                consumable_end=offsets.consumable_end,
                 partition_error=offsets.error,
             )
     return {name: list(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
@@ -381,7 +385,11 @@ def _snapshot(cluster: str, t: float, rows: Sequence[Mapping[str, Any]]) -> Clus
                 )
         if bool(r["offsets_known"]) and tp not in partitions:
             partitions[tp] = PartitionOffsets(
-                _int(r["log_start"]), _int(r["log_end"]), _int(r["last_stable"]), _str(r["partition_error"])
+                _int(r["log_start"]),
+                _int(r["log_end"]),
+                _int(r["last_stable"]),
+                _str(r["partition_error"]),
+                _int(r.get("consumable_end")),  # null in files before version 3
             )
     close()
     record_times = {
