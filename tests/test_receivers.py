@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
 from lagwatch.model import Finding
 
@@ -105,3 +107,28 @@ def test_a_storm_announces_late_joiners_and_worse_groups_after_group_interval_an
         (600, "update", 4, "critical"),
         (4300, "repeat", 3, "critical"),
     ]
+
+
+def test_a_receiver_removed_between_restarts_holds_nothing_and_comes_back_fresh() -> None:
+    """What a receiver no longer configured was told is let go at restart: its memory kept every alert it saw in
+    the book for ever, and it got a resolve for each of them when it was enabled again, a week later."""
+    b = book(storm_threshold=100)
+    b.apply("c", [finding(f"g{i}", "critical") for i in range(5)], frozenset(), 0)
+    assert len(b.due(0)) == 10  # five groups, to the pager and to the chat
+    saved = json.loads(
+        json.dumps(
+            {
+                "sequence": b.sequence,
+                "alerts": [vars(a) for a in b.alerts.values()],
+                "groups": [vars(g) for g in b.groups.values()],
+                "storms": [],
+                "silences": [],
+            }
+        )
+    )
+    again = AlertBook.from_json(b.config, saved, (CHAT,))  # the pager removed from the configuration
+    again.apply("c", [], frozenset(), 100)
+    assert [(n.receiver, n.kind) for n in again.due(100)] == [("chat", "resolved")] * 5
+    assert again.alerts == {} and again.groups == {}
+    again.receivers = (PAGER, CHAT)  # enabled again later: nothing stale to tell
+    assert again.due(7 * 86400) == []

@@ -556,9 +556,10 @@ class AlertBook:
             group = load("alert_groups", row, lambda g: _group(g, receivers))
             if group is not None:
                 book.groups[group.key] = group
+        names = {r.name for r in receivers}
         for row in raw.get("storms", []):
             storm = load("storms", row, lambda st: Storm(**st))
-            if storm is not None:
+            if storm is not None and storm.receiver in names:  # a receiver no longer configured: let go
                 book.storms[storm.key] = storm
         for row in raw.get("silences", []):
             silence = load("silences", row, lambda si: Silence(**si))
@@ -590,4 +591,10 @@ def _group(raw: dict[str, Any], receivers: tuple[Receiver, ...]) -> AlertGroup:
         g["last_notified_at"] = {r.name: g.get("last_notified_at") or 0.0 for r in receivers}
     elif not isinstance(g.get("last_notified_at", {}), dict):
         g["last_notified_at"] = {}
+    # What receivers no longer configured (removed, or disabled) were told is let go: it would keep every alert
+    # they saw, resolved or not, in the book for ever, and send them stale resolves were they enabled again.
+    names = {r.name for r in receivers}
+    for memory in ("notified", "last_notified_at", "storm"):
+        if isinstance(g.get(memory), dict):
+            g[memory] = {r: v for r, v in g[memory].items() if r in names}
     return AlertGroup(**g)
