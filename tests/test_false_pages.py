@@ -277,3 +277,17 @@ def test_a_consumer_caught_up_below_a_transaction_marker_is_silent() -> None:
         p.step(snap)
     assert notified(p, "done") == []
     assert {"lag", "stalled", "below_log_start"} <= {rule for _, rules in notified(p, "stuck") for rule in rules}
+
+
+def test_records_seen_after_a_blind_spell_are_not_dated_back_into_it() -> None:
+    """lagwatch is down for two hours while a topic is quiet; 20 s before it is back, 400 records land, which a
+    healthy consumer drains in two minutes. Interpolated across the spell they looked up to 2 hours old: lag in
+    seconds paged critical at once. They count from when lagwatch saw them (a lower bound), and nothing pages."""
+    p = pipeline(lag={"warning": {"seconds": 300}, "critical": {"seconds": 900}, "for_s": 20})
+    for t in times(0, 200):
+        p.step(snapshot(t, [group("app", committed={TP: 1000})], {TP: 1000}))
+    committed = 1000
+    for t in times(7200, 7500):
+        committed = min(1400, committed + 20)
+        p.step(snapshot(t, [group("app", committed={TP: committed})], {TP: 1400}))
+    assert p.sent == []

@@ -384,6 +384,8 @@ class ClusterHistory:
                 timeline = self.timelines.get(tp)
                 if timeline is None:
                     timeline = self.timelines[tp] = LogEndTimeline()
+                if resumed:
+                    timeline.resume(now)
                 timeline.add(now, offsets.log_end)
         seen = set()
         for group in snapshot.groups:

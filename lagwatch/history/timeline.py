@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 # Enough points to interpolate well across hours of history while bounding memory per partition.
 DEFAULT_CAPACITY = 48
+RESUME_EPSILON_S = 0.001  # the log end as last seen, held until just before the first poll after a blind spell
 
 
 @dataclass
@@ -39,6 +40,14 @@ class LogEndTimeline:
             self.ends.append(log_end)
         if len(self.times) > self.capacity:
             self._thin()
+
+    def resume(self, t: float) -> None:
+        """After a blind spell (lagwatch down, polls failing), before the first point after it: what the log grew
+        by meanwhile is dated at `t`, when it was seen, not spread over the spell. Lag in seconds for those records
+        is then a lower bound (they may be older), never an overstatement: across a two-hour spell, records
+        produced 20 s before it ended were "1h 49m behind", and paged critical at once."""
+        if self.times and t - RESUME_EPSILON_S > self.times[-1]:
+            self.add(t - RESUME_EPSILON_S, self.ends[-1])
 
     def _thin(self) -> None:
         # The span each interior point covers, computed in C (map over the arrays): once a timeline is full this
