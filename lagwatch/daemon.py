@@ -24,7 +24,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from lagwatch import gc_policy
-from lagwatch.alerts import AlertBook, Receiver
+from lagwatch.alerts import AlertBook, Notification, Receiver
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
@@ -72,7 +72,12 @@ class Daemon:
         self.routes = {name: route for name, (_, route) in configured.items()}
         self.book, self.outbox = self._load_alerts()
         self.dispatcher = Dispatcher(
-            self.outbox, self.notifiers, self.save_outbox, clock, max_age_s=settings.notifiers.max_age_s
+            self.outbox,
+            self.notifiers,
+            self.save_outbox,
+            clock,
+            max_age_s=settings.notifiers.max_age_s,
+            given_up=self._undelivered,
         )
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
@@ -137,6 +142,11 @@ class Daemon:
                 extra={"alerts": len(book.alerts), "queued_notifications": len(outbox.deliveries)},
             )
         return book, outbox
+
+    def _undelivered(self, notification: Notification) -> None:
+        """On a notifier's worker: the alert book learns that a notification was dropped undelivered."""
+        with self.book_lock:
+            self.book.undelivered(notification)
 
     def save_alerts(self) -> None:
         """Saves what changed. A disk that refuses is counted and logged once per streak; alerting goes on from

@@ -515,3 +515,67 @@ def test_a_worker_that_dies_every_time_is_restarted_with_backoff_and_recovers(
     died = messages(caplog, "worker thread died")
     assert len(died) == health.restarts  # one line per death...
     assert [r.exc_info is not None for r in died] == [True] + [False] * (len(died) - 1)  # ...one traceback
+
+
+class _Flaky:
+    """Refuses for good the first notification it is sent (refuse_first), and is down (retryable) until
+    `up_at`; records what it got."""
+
+    name = "hook"
+
+    def __init__(self, refuse_first: bool = False, up_at: float = 0.0) -> None:
+        self.got: list[str] = []
+        self.refuse_next, self.up_at = refuse_first, up_at
+        self.now = [0.0]
+
+    def send(self, n: Notification, ref: object) -> None:
+        if self.refuse_next:
+            self.refuse_next = False
+            raise PermanentError("HTTP 400")
+        if self.now[0] < self.up_at:
+            raise RetryableError("connection refused")
+        self.got.append(n.kind)
+
+
+def _drive(receiver: _Flaky, polls: list[tuple[float, bool]], max_age_s: float = 3600) -> None:
+    """The alert book and a notifier's worker, poll after poll: the lag alert fires where a poll says True."""
+    from lagwatch.alerts import AlertBook, AlertsConfig
+    from lagwatch.alerts.book import Receiver
+    from lagwatch.model import Finding
+
+    book = AlertBook(
+        AlertsConfig.model_validate({"group_wait_s": 0, "group_interval_s": 300, "repeat_interval_s": 4 * 3600}),
+        receivers=(Receiver("hook"),),
+    )
+    outbox, now = Outbox(), receiver.now
+    d = Dispatcher(
+        outbox, {"hook": receiver}, lambda: None, clock=lambda: now[0], max_age_s=max_age_s, given_up=book.undelivered
+    )
+    worker = d._workers["hook"]
+    lag = Finding("lag", "warning", "c", "g", {"cluster": "c", "group": "g", "topic": "t"}, "g lags", {"lag": 1})
+    for t, firing in polls:
+        now[0] = t
+        book.apply("c", [lag] if firing else [], frozenset(), t)
+        for n in book.due(t):
+            outbox.add([n], [n.receiver])
+        for delivery in outbox.due(t, "hook"):
+            worker._handle(delivery)
+
+
+def test_a_firing_refused_for_good_is_not_followed_by_a_resolve_and_is_announced_again() -> None:
+    """The receiver refused the firing (a transient misconfiguration, HTTP 400): it never had the alert, so it
+    gets no resolve for it; while the alert still fires, it is announced again after group_interval."""
+    receiver = _Flaky(refuse_first=True)
+    _drive(receiver, [(0, True), (100, True), (200, True), (400, True), (500, True), (3100, False)])
+    assert receiver.got == ["firing", "resolved"]  # the firing again at 400, group_interval after the refusal
+    refused = _Flaky(refuse_first=True)
+    _drive(refused, [(0, True), (100, False), (500, False)])
+    assert refused.got == []  # never had it: no resolve
+
+
+def test_a_firing_dropped_as_too_old_is_announced_once_the_receiver_is_back() -> None:
+    """The receiver was down longer than max_age_s: the firing was dropped undelivered. The alert fired all
+    along; once the receiver is back it is told within group_interval, not hours later at the repeat interval."""
+    receiver = _Flaky(up_at=4000)
+    _drive(receiver, [(float(t), True) for t in range(0, 4600, 60)], max_age_s=3600)
+    assert receiver.got == ["firing"]

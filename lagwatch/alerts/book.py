@@ -389,6 +389,22 @@ class AlertBook:
                 del self.groups[gkey]
         return out
 
+    def undelivered(self, n: Notification) -> None:
+        """A notification its receiver never got (refused for good, or dropped as too old). If it is still the
+        last one the group gave that receiver, the alerts it announced firing are taken out of what the receiver
+        was told: the receiver is not sent a resolve for what it never saw, and a group still firing is announced
+        to it again once group_interval is over (Alertmanager logs a notification only once it is sent)."""
+        group = self.groups.get(n.group_key)
+        r = n.receiver
+        if group is None or n.storm is not None or group.last_notified_at.get(r) != n.created_at:
+            return  # a storm's, or one a later notification of the group has since superseded
+        told = group.notified.get(r, {})
+        for a in n.alerts:
+            if a.get("state") == "firing":
+                told.pop(str(a.get("key")), None)
+        if not told:  # last_notified_at stays: the group is announced again after group_interval, not at once
+            group.notified.pop(r, None)
+
     def _record(self, group: AlertGroup, receiver: str, current: dict[str, str], now: float) -> None:
         if current:
             group.notified[receiver], group.last_notified_at[receiver] = current, now
@@ -408,6 +424,8 @@ class AlertBook:
     ) -> str | None:
         cfg = self.config
         if not told:
+            if last_at is not None and now - last_at < cfg.group_interval_s:
+                return None  # its last announcement never arrived (undelivered): not at every poll
             if firing and now - min(now if a.fired_at is None else a.fired_at for a in firing) >= cfg.group_wait_s:
                 return "firing"
             return None

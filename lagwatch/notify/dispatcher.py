@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from lagwatch.alerts import Notification
 from lagwatch.notify.base import DeliveryError, Notifier, PermanentError, RetryableError
 from lagwatch.notify.outbox import Delivery, Outbox
 from lagwatch.notify.settings import DEFAULT_MAX_AGE_S
@@ -105,6 +106,7 @@ class _Worker:
         self._persist_owed = False  # a save failed: the state on disk is behind what is in memory
         self._persist_retry_at = 0.0
         self._wake_supervisor = dispatcher.wake_supervisor
+        self._given_up = dispatcher.given_up
         self.current: Delivery | None = None  # the delivery being handled: the supervisor reschedules it on a death
         self.died_of: BaseException | None = None  # set by the dying thread, taken by the supervisor
         self.started_at = 0.0  # time.monotonic() of the current thread's start
@@ -159,6 +161,10 @@ class _Worker:
             if wait > 0:
                 self.outbox.changed.wait(wait)
 
+    def _gave_up(self, notification: Notification) -> None:
+        if self._given_up is not None:
+            self._given_up(notification)
+
     def _handle(self, delivery: Delivery) -> None:
         notification = delivery.notification
         now = self._clock()
@@ -180,6 +186,7 @@ class _Worker:
                     "error": delivery.last_error,
                 },
             )
+            self._gave_up(notification)
             self._persist()
             return
         ref = self.outbox.refs.get(Outbox.ref_key(self.name, notification.group_key))
@@ -210,6 +217,7 @@ class _Worker:
                     "error": str(e)[:_ERROR_TEXT_MAX],
                 },
             )
+            self._gave_up(notification)
             self._persist()
             return
         except Exception as e:  # RetryableError, a bare DeliveryError, or a surprise: all are tried again
@@ -359,10 +367,14 @@ class Dispatcher:
         *,
         max_age_s: float = DEFAULT_MAX_AGE_S,
         rng: random.Random | None = None,
+        given_up: Callable[[Notification], None] | None = None,
     ) -> None:
         self.outbox = outbox
         self.notifiers = dict(notifiers)
         self.persist = persist
+        # Told of each notification dropped undelivered (refused for good, or too old), before the drop is saved:
+        # the alert book must not count its receiver as told of it.
+        self.given_up = given_up
         self.clock = clock
         self.max_age_s = max_age_s
         self.rng = rng or random.Random()
