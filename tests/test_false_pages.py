@@ -291,3 +291,22 @@ def test_records_seen_after_a_blind_spell_are_not_dated_back_into_it() -> None:
         committed = min(1400, committed + 20)
         p.step(snapshot(t, [group("app", committed={TP: committed})], {TP: 1400}))
     assert p.sent == []
+
+
+def test_a_cron_group_that_runs_between_polls_keeps_its_offsets_fresh() -> None:
+    """A classic group run by a short job every 20 minutes joins, commits and leaves between two polls, so every
+    poll sees it Empty, with its committed offset moved by each run. Kafka counts its offsets' expiry from the
+    moment it last became Empty, after each run: they never come near a 60-minute retention. Counted from the
+    first poll that saw it Empty, expiry paged warning then critical, 'at the latest'."""
+    p = pipeline(lag={"enabled": False}, stopped={"enabled": False})
+    end = committed = 0
+    for i, t in enumerate(times(0, 2 * 3600)):
+        end += 2
+        if i % 240 == 120:  # the job ran between the last poll and this one
+            committed = end
+        p.step(
+            snapshot(
+                t, [group("cron", committed={TP: committed}, state="Empty", members=0)], {TP: end}, retention_minutes=60
+            )
+        )
+    assert p.sent == []

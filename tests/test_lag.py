@@ -20,6 +20,10 @@ def test_unknown_log_end() -> None:
 
 def test_below_log_start_keeps_the_lag_and_flags_it() -> None:
     assert partition_lag(5, PartitionOffsets(20, 30)) == (25, LagState.BELOW_LOG_START)
+    # Only transaction markers above it (from 29): nothing to consume, and nothing lost once they are deleted.
+    assert partition_lag(29, PartitionOffsets(0, 30, consumable_end=29)) == (0, LagState.OK)
+    assert partition_lag(29, PartitionOffsets(30, 30, consumable_end=29)) == (0, LagState.OK)
+    assert partition_lag(28, PartitionOffsets(0, 30, consumable_end=29)) == (2, LagState.OK)
 
 
 def test_last_stable_offset_when_asked() -> None:
@@ -102,7 +106,7 @@ _OFFSET = st.one_of(st.none(), st.integers(0, 60))
     assignments=st.lists(st.lists(st.sampled_from(_TPS), max_size=4, unique=True), max_size=3),
     offsets=st.dictionaries(
         st.sampled_from(_TPS),
-        st.builds(PartitionOffsets, _OFFSET, _OFFSET, _OFFSET, st.sampled_from([None, "NOT_LEADER"])),
+        st.builds(PartitionOffsets, _OFFSET, _OFFSET, _OFFSET, st.sampled_from([None, "NOT_LEADER"]), _OFFSET),
         max_size=9,
     ),
     use_last_stable=st.booleans(),

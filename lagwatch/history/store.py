@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from lagwatch.history.rings import NO_VALUE, NOT_SAMPLED, PollRing
 from lagwatch.history.timeline import LogEndTimeline
-from lagwatch.model import ClusterSnapshot, GroupSnapshot, TopicPartition
+from lagwatch.model import ClusterSnapshot, GroupKind, GroupSnapshot, TopicPartition
 from lagwatch.offsets_topic import (
     GroupMetadata,
     GroupTombstone,
@@ -470,6 +470,7 @@ class ClusterHistory:
             track.evidence_since = now
         track.unreadable = False
         track.kind, track.members = group.kind.value, len(group.members)
+        was_empty = track.state == "Empty" and track.empty_since is not None and not first_look
         if group.state == "Empty":
             if track.empty_since is None:
                 # Seen becoming Empty only if lagwatch saw it in another state before.
@@ -498,6 +499,11 @@ class ClusterHistory:
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
+                    if was_empty and group.state == "Empty" and group.kind is GroupKind.CLASSIC:
+                        # Empty at both polls, yet a commit moved: a short job joined, committed and left in
+                        # between, and the group became Empty again since. Its expiry clock restarted; when is not
+                        # known, so the latest possible moment (this poll) gives the latest possible expiry.
+                        track.empty_since = Clock(now, observed=False)
             ring.put(poll, offset, self.keep)
         gone_offsets = {tp: o for tp, o in dropped if o is not None}
         if gone_offsets:

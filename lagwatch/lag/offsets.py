@@ -72,6 +72,8 @@ def partition_lag(
     if end is None:
         return None, LagState.UNKNOWN
     lag = max(0, end - committed)
+    if lag and offsets is not None and offsets.consumable_end is not None and committed >= offsets.consumable_end:
+        return 0, LagState.OK  # only transaction markers above it (PartitionOffsets.consumable_end)
     if offsets is not None and offsets.log_start is not None and committed < offsets.log_start:
         return lag, LagState.BELOW_LOG_START
     return lag, LagState.OK
@@ -117,15 +119,14 @@ def group_lag(
                 lag = end - offset if end > offset else 0  # clamped: read races never go negative
                 markers = offsets.consumable_end if lag and offsets is not None else None
                 if markers is not None and offset >= markers:  # only transaction markers left: nothing to consume
-                    lag = 0
-                if lag == 0 and log_end is not None and offset < log_end:
-                    settled += 1  # caught up below the log end (markers, or the last stable offset)
-                    state = OK
+                    lag, state = 0, OK  # and nothing lost when retention deletes them
                 elif log_start is not None and offset < log_start:
                     state = BELOW_LOG_START
                     below += 1
                 else:
                     state = OK
+                if lag == 0 and log_end is not None and offset < log_end:
+                    settled += 1  # caught up below the log end (markers, or the last stable offset)
         # tuple.__new__ with every field: a NamedTuple's own __new__ is a Python function around this call.
         if members and (member := members.get(tp)) is not None:
             row = new_tuple(
