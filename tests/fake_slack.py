@@ -153,10 +153,15 @@ class FakeSlack:
                 self.messages.setdefault(channel, []).append(message)
                 return 200, {"ok": True, "channel": channel, "ts": ts}, {}
             if method == "conversations.history":
+                # Newest first, `limit` a page (Slack's default 100), the next page by `cursor`, as Slack does.
                 channel = _channel_id(args.get("channel"))
                 oldest = float(args.get("oldest") or 0)
-                found = [m for m in self.messages.get(channel, []) if m["at"] >= oldest]
-                return 200, {"ok": True, "messages": list(reversed(found))}, {}
+                found = list(reversed([m for m in self.messages.get(channel, []) if m["at"] >= oldest]))
+                start, limit = int(args.get("cursor") or 0), int(args.get("limit") or 100)
+                page, more = found[start : start + limit], start + limit < len(found)
+                body = {"ok": True, "messages": page, "has_more": more}
+                body["response_metadata"] = {"next_cursor": str(start + limit) if more else ""}
+                return 200, body, {}
             if method == "chat.update":
                 return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
             return 200, {"ok": False, "error": "unknown_method"}, {}

@@ -12,7 +12,7 @@ import pytest
 
 from lagwatch.alerts import AlertBook, AlertsConfig, Notification
 from lagwatch.model import Finding
-from lagwatch.notify import Dispatcher, Outbox, PermanentError, dispatcher
+from lagwatch.notify import Dispatcher, Outbox, PermanentError, RetryableError, dispatcher
 from lagwatch.notify.settings import SlackConfig
 from lagwatch.notify.slack import SlackNotifier
 from tests.conftest import wait_for
@@ -258,3 +258,22 @@ def test_stale_repeats_collapse_after_an_outage() -> None:
         assert head.notification.kind == expected
         life.outbox.done(head, {"channel": "C1", "ts": "1"})
     assert life.outbox.collapsed == 3 and life.outbox.pending() == 0  # the three repeats before the update
+
+
+def test_a_post_found_behind_hundreds_of_later_messages_is_not_posted_again(slack: FakeSlack) -> None:
+    """A busy channel: after lagwatch's post timed out (Slack had posted it), 450 other messages came before the
+    retry looked. Slack answers newest first, 200 a page: the post is on the third page, and was posted twice."""
+    life = Lifecycle()
+    n = notifier(slack, timeout_s=1)
+    slack.act_then_hang_next, slack.hang_s = 1, 2.5
+    (note,) = life.step([finding("lag")], 0)
+    with pytest.raises(RetryableError):
+        n.send(note, None)  # Slack posted it; the answer came too late
+    for i in range(450):
+        slack.messages.setdefault(next(iter(slack.messages)), []).append(
+            {"ts": f"1700000001.{i:06d}", "at": time.time(), "text": "chatter", "metadata": None}
+        )
+    ref = n.send(note, None, maybe_sent=True)
+    assert len(slack.delivered("chat.postMessage")) == 1
+    assert ref is not None and ref["ts"] == "1700000000.000001"
+    assert [c.method for c in slack.calls].count("conversations.history") == 3

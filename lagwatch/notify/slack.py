@@ -49,6 +49,11 @@ def _retry_handlers(connection_errors: bool = True) -> list[Any]:
     return [ConnectionErrorRetryHandler(max_retry_count=2), *handlers] if connection_errors else handlers
 
 
+# How far back a post whose outcome is unknown is looked for: 20 pages of 200, Slack's largest page (Tier 3 calls,
+# paced like the posts).
+LOOKUP_PAGES, LOOKUP_PAGE_SIZE = 20, 200
+
+
 class SlackNotifier:
     def __init__(self, name: str, config: SlackConfig) -> None:
         self.name = name
@@ -124,24 +129,41 @@ class SlackNotifier:
         return {"channel": response["channel"], "ts": response["ts"]}
 
     def _find_posted(self, channel: str, key: str, since: float) -> dict[str, Any] | None:
-        try:
-            with self._paced(channel):
-                page = self.client.conversations_history(
-                    channel=channel, oldest=f"{since - 5:.6f}", include_all_metadata=True, limit=200
-                )
-        except Exception as e:  # no scope, a channel name Slack does not resolve here, Slack down: post again
-            if not self._lookup_warned:
-                self._lookup_warned = True
-                log.warning(
-                    "cannot check Slack for a message that may already be posted; posting it (again)",
-                    extra={"notifier": self.name, "error": f"{type(e).__name__}: {e}"[:200]},
-                )
-            return None
-        messages: list[dict[str, Any]] = page.get("messages", [])
-        for message in messages:
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("key") == key:
-                return {"channel": page.get("channel_actual") or channel, "ts": message["ts"]}
+        """The message posted with `key` since `since`, if any. Slack answers newest first, a page at a time: in a
+        busy channel the post may lie behind hundreds of later messages (it was posted twice when only the first
+        page was read)."""
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            try:
+                with self._paced(channel):
+                    page = self.client.conversations_history(
+                        channel=channel,
+                        oldest=f"{since - 5:.6f}",
+                        include_all_metadata=True,
+                        limit=LOOKUP_PAGE_SIZE,
+                        cursor=cursor,  # None on the first page: slack-sdk leaves it out
+                    )
+            except Exception as e:  # no scope, a channel name Slack does not resolve here, Slack down: post again
+                if not self._lookup_warned:
+                    self._lookup_warned = True
+                    log.warning(
+                        "cannot check Slack for a message that may already be posted; posting it (again)",
+                        extra={"notifier": self.name, "error": f"{type(e).__name__}: {e}"[:200]},
+                    )
+                return None
+            messages: list[dict[str, Any]] = page.get("messages", [])
+            for message in messages:
+                payload = (message.get("metadata") or {}).get("event_payload") or {}
+                if payload.get("key") == key:
+                    return {"channel": page.get("channel_actual") or channel, "ts": message["ts"]}
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if not page.get("has_more") or cursor is None:
+                return None
+        log.warning(
+            "more messages in the channel since a post that may have gone through than lagwatch looks at; "
+            "posting it (again)",
+            extra={"notifier": self.name, "messages": LOOKUP_PAGES * LOOKUP_PAGE_SIZE},
+        )
         return None
 
     checks_duplicates = True  # the dispatcher says when an earlier attempt's outcome is unknown
