@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -61,7 +62,7 @@ class SlackNotifier:
         self.client = WebClient(
             token=config.token.get_secret_value(),
             base_url=config.base_url,
-            timeout=int(config.timeout_s),
+            timeout=math.ceil(config.timeout_s),  # whole seconds: int() made 0.5 s a 0
             retry_handlers=_retry_handlers(connection_errors=False),
         )
         self._last_post: dict[str, float] = {}
@@ -277,7 +278,7 @@ class SlackWebhookNotifier:
         self.name = name
         self.config = config
         self.client = WebhookClient(
-            config.url.get_secret_value(), timeout=int(config.timeout_s), retry_handlers=_retry_handlers()
+            config.url.get_secret_value(), timeout=math.ceil(config.timeout_s), retry_handlers=_retry_handlers()
         )
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:

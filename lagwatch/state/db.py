@@ -235,7 +235,7 @@ class StateDatabase:
             deliveries = []
             for key, _seq, notifier, body, attempts, next_at, error, in_flight in self.db.execute(
                 "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error, in_flight FROM outbox "
-                "ORDER BY seq, id"
+                "ORDER BY length(seq), seq, id"  # seq is zero-padded to 8 digits, and longer past 10^8
             ):
                 notification = self._parse("outbox", key, body)
                 if notification is not None:
