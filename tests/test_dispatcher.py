@@ -579,3 +579,31 @@ def test_a_firing_dropped_as_too_old_is_announced_once_the_receiver_is_back() ->
     receiver = _Flaky(up_at=4000)
     _drive(receiver, [(float(t), True) for t in range(0, 4600, 60)], max_age_s=3600)
     assert receiver.got == ["firing"]
+
+
+def test_a_worker_whose_loop_fails_at_every_turn_is_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alive, but every turn of its loop ends in the same bug (a queued row it cannot read): it delivers nothing,
+    and /readyz said nothing. After three failed turns in a row it is reported; one good turn clears it."""
+    from lagwatch.serve.health import worker_problems
+
+    monkeypatch.setattr(dispatcher, "LOOP_ERROR_PAUSE_S", 0.05)
+    outbox = Outbox()
+    broken = [True]
+    real_due = outbox.due
+
+    def due(now: float, notifier: str) -> list[Any]:
+        if broken[0]:
+            raise TypeError("'NoneType' object is not subscriptable")
+        return real_due(now, notifier)
+
+    monkeypatch.setattr(outbox, "due", due)
+    d = Dispatcher(outbox, {"rec": Recorder()}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: d.health()["rec"].failing_every_turn, timeout=5, what="three failed turns")
+        (problem,) = worker_problems(d.health())
+        assert "fails at every turn" in problem and "NoneType" in problem and d.health()["rec"].alive
+        broken[0] = False
+        wait_for(lambda: not d.health()["rec"].failing_every_turn, timeout=5, what="a good turn")
+        assert worker_problems(d.health()) == []
+    finally:
+        d.stop()

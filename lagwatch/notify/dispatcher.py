@@ -45,6 +45,7 @@ RESTART_BACKOFF_FIRST_S = 1.0  # a worker that dies again soon after a restart w
 RESTART_BACKOFF_MAX_S = 300.0
 RESTART_STABLE_S = 60.0  # a worker alive this long since its start has recovered: a later death restarts at once
 KEEPS_DYING_AFTER = 3  # this many deaths in a row, each soon after its start: unready until it recovers
+FAILING_AFTER_TURNS = 3  # turns of the loop failing in a row, LOOP_ERROR_PAUSE_S apart: unready until one succeeds
 _ERROR_TEXT_MAX = 300
 
 
@@ -65,6 +66,9 @@ class WorkerHealth:
     unexpected_errors: int  # exceptions that are not a delivery error: a bug, logged with the traceback
     last_error: str | None
     last_error_at: float | None
+    # Its loop failed at every turn lately (a bug hit by every delivery, e.g. a queued row it cannot read): the
+    # thread is alive but delivers nothing, which /readyz must say.
+    failing_every_turn: bool = False
 
 
 class _Counters:
@@ -80,6 +84,7 @@ class _Counters:
         self.unexpected_errors = 0
         self.restarts = 0
         self.deaths_in_a_row = 0  # each soon after the thread's start (see RESTART_STABLE_S)
+        self.loop_errors_in_a_row = 0  # turns of the worker's loop that ended in an unexpected error, in a row
         self.last_error: str | None = None
         self.last_error_at: float | None = None
 
@@ -131,9 +136,13 @@ class _Worker:
         while not self._stop.is_set():
             try:
                 self._cycle()
+                if self.counters.loop_errors_in_a_row:
+                    with self.counters.lock:
+                        self.counters.loop_errors_in_a_row = 0
             except Exception as e:  # a bug in here must never end this notifier's deliveries for good
                 with self.counters.lock:
                     self.counters.unexpected_errors += 1
+                    self.counters.loop_errors_in_a_row += 1
                 self.counters.error(_describe(e), self._safe_now())
                 log.exception("notifier worker error; it carries on", extra={"notifier": self.name})
                 self._stop.wait(LOOP_ERROR_PAUSE_S)
@@ -354,6 +363,7 @@ class _Worker:
                 unexpected_errors=c.unexpected_errors,
                 last_error=c.last_error,
                 last_error_at=c.last_error_at,
+                failing_every_turn=c.loop_errors_in_a_row >= FAILING_AFTER_TURNS,
             )
 
 

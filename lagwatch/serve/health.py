@@ -4,8 +4,8 @@ Alive: the scheduler that runs the polls is running, and so is the dispatcher's 
 notifier worker thread again. Without it a dead worker means alerts decided but never sent: restarting the process is
 the fix, so the liveness probe must fail. A worker that dies again and again is not a liveness problem: a new process
 would die the same way on the same outbox, and polls would stop meanwhile.
-Ready: every cluster had a successful poll, every notifier worker thread is alive and not dying again and again,
-and no notifier worker keeps failing to save the state.
+Ready: every cluster had a successful poll, every notifier worker thread is alive, not dying again and again and
+not failing at every turn of its loop, and no notifier worker keeps failing to save the state.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def worker_problems(workers: Mapping[str, WorkerHealth]) -> list[str]:
             problems.append(f"notifier {name!r}: its worker thread is dead")
         elif h.keeps_dying:
             problems.append(f"notifier {name!r}: its worker thread keeps dying ({h.restarts} restarts)")
+        elif h.failing_every_turn:
+            problems.append(f"notifier {name!r}: its worker fails at every turn and delivers nothing ({h.last_error})")
     return problems
 
 
