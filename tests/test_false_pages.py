@@ -310,3 +310,21 @@ def test_a_cron_group_that_runs_between_polls_keeps_its_offsets_fresh() -> None:
             )
         )
     assert p.sent == []
+
+
+def test_exact_clocks_still_catching_up_do_not_page_on_an_old_commit() -> None:
+    """At start the __consumer_offsets reader reads a cleaned segment first: a simple group's commit of 6.5 days
+    ago, its commits of the last minutes a batch later. A poll between the two saw only the old one: expiry paged
+    critical at once (7-day retention) and resolved at the next poll. Until the reader has caught up, an exact
+    clock is no earlier than what the polls saw."""
+    p = pipeline()
+    t0 = 1_700_000_000.0
+    quiet = group("quiet", committed={TP: 10}, kind=GroupKind.SIMPLE, members=0, state="Empty")
+
+    def commit(at: float) -> OffsetCommit:
+        return OffsetCommit("quiet", "orders", 0, 10, None, "", int(at * 1000), None, 3)
+
+    batches = [([commit(t0 - 6.5 * 86400)], False), ([commit(t0 + 30 - 60 * k) for k in range(100, 0, -1)], True)]
+    for i, (records, caught_up) in enumerate([*batches, *[([], True)] * 5]):
+        p.step(snapshot(t0 + 5 * i, [quiet], {TP: 10}), records, caught_up)
+    assert p.sent == []

@@ -419,7 +419,7 @@ class ClusterHistory:
         lookups made once (the expiry outlook asks for every committed partition of a group at every poll)."""
         track = self.groups.get(group_id)
         progresses = track.partitions if track else {}
-        commit_time = self.exact.commit_time
+        commit_time, ready = self.exact.commit_time, self.exact.ready
         clocks = []
         for tp in tps:
             progress = progresses.get(tp)
@@ -429,6 +429,8 @@ class ClusterHistory:
                 clock = polled
             elif polled is not None and polled.observed and polled.since > exact:
                 clock = polled  # committed again after the last record read: the poll saw it first
+            elif not ready:  # the reader is still catching up: a later commit of it may not be read yet
+                clock = polled if polled is not None and polled.since > exact else Clock(exact, observed=False)
             else:
                 clock = Clock(exact, observed=True)
             if clock is not None:
@@ -438,10 +440,13 @@ class ClusterHistory:
     def empty_clock(self, group_id: str) -> Clock | None:
         """When this (classic) group became Empty: from its group metadata record where read, else as polled."""
         exact = self.exact.group_empty_since(group_id)
-        if exact is not None:
-            return Clock(exact, observed=True)
         track = self.groups.get(group_id)
-        return track.empty_since if track else None
+        polled = track.empty_since if track else None
+        if exact is None:
+            return polled
+        if not self.exact.ready:  # catching up: the group may have become Empty again since, in records not read
+            return polled if polled is not None and polled.since > exact else Clock(exact, observed=False)
+        return Clock(exact, observed=True)
 
     def _expiry_clocks(self, group_id: str, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, Clock]:
         track = self.groups.get(group_id)
