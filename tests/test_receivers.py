@@ -132,3 +132,26 @@ def test_a_receiver_removed_between_restarts_holds_nothing_and_comes_back_fresh(
     assert again.alerts == {} and again.groups == {}
     again.receivers = (PAGER, CHAT)  # enabled again later: nothing stale to tell
     assert again.due(7 * 86400) == []
+
+
+def test_a_receiver_that_groups_alerts_itself_gets_every_group_in_a_storm() -> None:
+    """Alertmanager groups alerts itself: a storm summary carried ten of the groups to it, and never the rest."""
+    grouping = Receiver("alertmanager", storms=False)
+    b = AlertBook(AlertsConfig.model_validate({"group_wait_s": 0, "storm_threshold": 5}), receivers=(CHAT, grouping))
+    b.apply("c", [finding(f"g{i}", "warning") for i in range(15)], frozenset(), 0)
+    notes = b.due(0)
+    assert [n.kind for n in notes if n.receiver == "chat"] == ["firing"] and notes[-1].storm is not None
+    mine = [n for n in notes if n.receiver == "alertmanager"]
+    assert len(mine) == 15 and all(n.storm is None for n in mine)
+
+
+def test_an_escalation_tells_the_severity_it_replaces_and_a_resolve_the_one_it_ends() -> None:
+    b = book()
+    b.apply("c", [finding("g", "warning")], frozenset(), 0)
+    b.due(0)
+    b.apply("c", [finding("g", "critical")], frozenset(), 10)
+    (update,) = [n for n in b.due(10) if n.receiver == "chat"]
+    assert [(a["severity"], a.get("previous_severity")) for a in update.alerts] == [("critical", "warning")]
+    b.apply("c", [finding("g", "warning")], frozenset(), 20)
+    (ended,) = [n for n in b.due(20) if n.receiver == "pager"]  # below the pager's route now: ended for it
+    assert ended.kind == "resolved" and [(a["severity"], a["resolved_at"]) for a in ended.alerts] == [("critical", 20)]

@@ -3,6 +3,7 @@ loopback."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -118,6 +119,18 @@ def test_alertmanager_push(receiver: Receiver) -> None:
     assert a["annotations"] == {"summary": "billing stalled", "runbook_url": "https://runbooks.example/stalled"}
     assert a["startsAt"] == "1970-01-01T00:01:40Z" and a["endsAt"] == "1970-01-01T00:11:40Z"  # held for 600 s
     assert ended[0]["endsAt"] == "1970-01-01T00:02:40Z"  # resolved: ends when it resolved
+    # An escalation: severity is part of an Alertmanager alert's identity, so the warning it replaces ends now.
+    escalated = dataclasses.replace(
+        firing,
+        created_at=130.0,
+        alerts=({**firing.alerts[0], "severity": "critical", "previous_severity": "warning"},),
+    )
+    am.send(escalated, None)
+    (_, _, pushed) = receiver.requests[-1]
+    assert [(x["labels"]["severity"], x["endsAt"]) for x in pushed] == [
+        ("critical", "1970-01-01T00:12:10Z"),
+        ("warning", "1970-01-01T00:02:10Z"),
+    ]
 
 
 def test_webhook_failures_raise_without_secrets(receiver: Receiver) -> None:

@@ -102,6 +102,8 @@ class Receiver:
     name: str
     min_severity: str = "info"
     matchers: tuple[tuple[str, str], ...] = ()
+    # Storm summaries are for people; a receiver that groups alerts itself (Alertmanager) gets every group.
+    storms: bool = True
 
     def accepts(self, alert: Alert) -> bool:
         if _RANK.get(alert.severity, 0) < _RANK.get(self.min_severity, 0):
@@ -360,7 +362,7 @@ class AlertBook:
                     for k in [k for k in told if k not in current and k not in gone]:
                         del told[k]
                     continue
-                if kind == "firing" and not told:
+                if kind == "firing" and not told and receiver.storms:
                     cluster = next((a.cluster for a in firing), group.labels.get("cluster", ""))
                     starting.setdefault((r, cluster), []).append((group, firing))
                     continue
@@ -449,12 +451,27 @@ class AlertBook:
         self, group: AlertGroup, receiver: str, kind: str, firing: list[Alert], left: list[Alert], now: float
     ) -> Notification:
         self.sequence += 1
-        # Ended for this receiver now, if not before: a pending alert, or one below its route, has no resolved_at.
+        told = self.groups[group.key].notified.get(receiver, {}) if group.key in self.groups else {}
+        # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
+        # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
+        # the one it has.
         resolved = [
-            {**_as_dict(a), "state": "resolved", "resolved_at": a.resolved_at if a.state == "resolved" else now}
+            {
+                **_as_dict(a),
+                "state": "resolved",
+                "severity": told.get(a.key, a.severity),
+                "resolved_at": a.resolved_at if a.state == "resolved" else now,
+            }
             for a in sorted(left, key=lambda a: a.key)
         ]
-        alerts = [_as_dict(a) for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key))] + resolved
+        alerts = []
+        for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key)):
+            entry = _as_dict(a)
+            before = told.get(a.key)
+            if before is not None and before != a.severity:
+                entry["previous_severity"] = before  # escalated or eased since it was told: that one has ended
+            alerts.append(entry)
+        alerts += resolved
         severity = max((a.severity for a in firing), key=lambda s: _RANK.get(s, 0), default="resolved")
         return Notification(
             id=f"{self.sequence:08d}",

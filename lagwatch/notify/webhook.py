@@ -68,6 +68,15 @@ def alertmanager_body(n: Notification, hold_s: float) -> list[dict[str, Any]]:
                 "endsAt": _iso(ends),
             }
         )
+        if a.get("previous_severity"):  # severity is part of an Alertmanager alert's identity: the old one ends
+            out.append(
+                {
+                    "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": a["previous_severity"], **a["labels"]},
+                    "annotations": annotations,
+                    "startsAt": _iso(a.get("fired_at") or a["started_at"]),
+                    "endsAt": _iso(n.created_at),
+                }
+            )
     return out
 
 
