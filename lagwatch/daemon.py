@@ -132,15 +132,18 @@ class Daemon:
             log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
             self.store.db.set_aside(table, key, f"unknown shape: {why}")
         book.load_config_silences()
-        odd: list[tuple[str, str, tuple[str, str] | None]] = []
+        odd: list[tuple[str, str, Any]] = []
         outbox = Outbox.from_json(raw.get("outbox"), odd)
-        for key, why, whose in odd:  # only these: every other queued notification is still delivered
+        for key, why, row in odd:  # only these: every other queued notification is still delivered
             log.error("queued notification of an unknown shape set aside", extra={"key": key, "error": why})
             self.store.db.set_aside("outbox", key, why)
-            group = book.groups.get(whose[1]) if whose is not None else None
-            if whose is not None and group is not None:  # never told: the group is announced to it again
-                group.notified.pop(whose[0], None)
-                group.last_notified_at.pop(whose[0], None)
+            n = row.get("notification") if isinstance(row, dict) else None
+            if isinstance(n, dict) and isinstance(n.get("group_key"), str) and isinstance(row.get("notifier"), str):
+                # Never delivered: what its receiver was told goes back to what it had before (AlertBook.undelivered)
+                alerts = n.get("alerts")
+                created_at = n.get("created_at")
+                if isinstance(alerts, list) and isinstance(created_at, int | float):
+                    book.undelivered_raw(row["notifier"], n["group_key"], float(created_at), alerts)
         if book.alerts or outbox.deliveries:
             log.info(
                 "alert state restored",

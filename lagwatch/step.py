@@ -45,7 +45,12 @@ class ClusterPipeline:
             if resumed:
                 self.book.forget_pending(self.cluster)  # lagwatch was blind: `for` counts fresh evidence only
             self.book.apply(
-                self.cluster, evaluation.findings, evaluation.frozen_groups, evaluation.now, evaluation.held
+                self.cluster,
+                evaluation.findings,
+                evaluation.frozen_groups,
+                evaluation.now,
+                evaluation.held,
+                evaluation.partial_groups,
             )
         return evaluation
 

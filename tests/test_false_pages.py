@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from lagwatch.model import GroupKind, PartitionOffsets, TopicPartition
+from lagwatch.model import CommittedOffset, GroupKind, PartitionOffsets, TopicPartition
 from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
 from tests.synthetic import TP, Pipeline, group, snapshot
 
@@ -297,19 +297,23 @@ def test_a_cron_group_that_runs_between_polls_keeps_its_offsets_fresh() -> None:
     """A classic group run by a short job every 20 minutes joins, commits and leaves between two polls, so every
     poll sees it Empty, with its committed offset moved by each run. Kafka counts its offsets' expiry from the
     moment it last became Empty, after each run: they never come near a 60-minute retention. Counted from the
-    first poll that saw it Empty, expiry paged warning then critical, 'at the latest'."""
-    p = pipeline(lag={"enabled": False}, stopped={"enabled": False})
-    end = committed = 0
-    for i, t in enumerate(times(0, 2 * 3600)):
-        end += 2
-        if i % 240 == 120:  # the job ran between the last poll and this one
-            committed = end
-        p.step(
-            snapshot(
-                t, [group("cron", committed={TP: committed}, state="Empty", members=0)], {TP: end}, retention_minutes=60
-            )
-        )
-    assert p.sent == []
+    first poll that saw it Empty, expiry paged warning then critical, 'at the latest'. An admin's reset (no
+    leader epoch: no consumer read the records) leaves Kafka's clock, and lagwatch's, where they were."""
+
+    def run(epoch: int | None) -> Pipeline:
+        p = pipeline(lag={"enabled": False}, stopped={"enabled": False})
+        end = committed = 0
+        for i, t in enumerate(times(0, 2 * 3600)):
+            end += 2
+            if i % 240 == 120:  # the job ran (or the reset happened) between the last poll and this one
+                committed = end
+            cron = group("cron", state="Empty", members=0)
+            cron = dataclasses.replace(cron, committed={TP: CommittedOffset(committed, epoch)})
+            p.step(snapshot(t, [cron], {TP: end}, retention_minutes=60))
+        return p
+
+    assert run(epoch=3).sent == []
+    assert {rule for _, rules in notified(run(epoch=None), "cron") for rule in rules} == {"expiry"}
 
 
 def test_exact_clocks_still_catching_up_do_not_page_on_an_old_commit() -> None:

@@ -155,3 +155,20 @@ def test_an_escalation_tells_the_severity_it_replaces_and_a_resolve_the_one_it_e
     b.apply("c", [finding("g", "warning")], frozenset(), 20)
     (ended,) = [n for n in b.due(20) if n.receiver == "pager"]  # below the pager's route now: ended for it
     assert ended.kind == "resolved" and [(a["severity"], a["resolved_at"]) for a in ended.alerts] == [("critical", 20)]
+
+
+def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
+    """A was delivered; an update announcing B beside A was refused for good. The receiver still has A: A's
+    resolve must still reach it (it was lost when every alert of the update was taken back), and B, which it
+    never had, is announced again, not resolved."""
+    b = AlertBook(AlertsConfig.model_validate({"group_wait_s": 0, "group_interval_s": 0}), receivers=(CHAT,))
+    a, bee = finding("g", "warning"), finding("g", "warning", rule="stalled")
+    b.apply("c", [a], frozenset(), 0)
+    assert [n.kind for n in b.due(0)] == ["firing"]
+    b.apply("c", [a, bee], frozenset(), 10)
+    (update,) = b.due(10)
+    b.undelivered(update)  # refused for good
+    b.apply("c", [bee], frozenset(), 20)  # A resolves, B still fires
+    (again,) = b.due(20)
+    assert again.kind == "update"
+    assert sorted((x["rule"], x["state"]) for x in again.alerts) == [("lag", "resolved"), ("stalled", "firing")]

@@ -310,7 +310,10 @@ def test_one_queued_notification_of_another_shape_is_set_aside_alone(tmp_path: P
         assert again.outbox.pending() == 4
         assert [k for (k,) in again.store.db.db.execute("SELECT key FROM set_aside WHERE tbl = 'outbox'")] == [key]
         with again.book_lock:
-            again._flush(1001.0)  # the set-aside group is owed its announcement
+            again._flush(1001.0)  # never delivered: announced again, but after group_interval (300 s), not at once
+        assert again.outbox.pending() == 4
+        with again.book_lock:
+            again._flush(1301.0)
         assert again.outbox.pending() == 5
         groups = sorted(d.notification.group_labels["group"] for d in again.outbox.deliveries)
         assert groups == [f"g{i}" for i in range(5)]

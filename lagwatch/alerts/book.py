@@ -24,8 +24,9 @@ groups are tracked and resolve one by one as always (API, metrics), quietly for 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from lagwatch.alerts.settings import AlertsConfig
@@ -112,6 +113,7 @@ class Receiver:
 
 
 EVERYONE = (Receiver("default"),)
+_ALERT_FIELDS = tuple(f.name for f in fields(Alert))
 
 
 @dataclass
@@ -200,7 +202,9 @@ class AlertBook:
         frozen_groups: frozenset[str] | None,
         now: float,
         held: frozenset[str] = frozenset(),
+        partial: frozenset[str] = frozenset(),
     ) -> None:
+        """`partial`: groups read only in part this time; their alerts not found stay exactly as they are."""
         seen = set()
         for f in findings:
             key = f.key
@@ -231,7 +235,7 @@ class AlertBook:
             if alert.state == "pending" and for_elapsed(alert.started_at, alert.for_s, now):
                 alert.state, alert.fired_at = "firing", now
         for key, alert in list(self.alerts.items()):
-            if alert.cluster != cluster or key in seen or alert.state == "resolved":
+            if alert.cluster != cluster or key in seen or alert.state == "resolved" or alert.group in partial:
                 continue
             frozen = (frozen_groups is None and alert.rule != "cluster_unreachable") or (
                 frozen_groups is not None and alert.group in frozen_groups
@@ -393,19 +397,37 @@ class AlertBook:
 
     def undelivered(self, n: Notification) -> None:
         """A notification its receiver never got (refused for good, or dropped as too old). If it is still the
-        last one the group gave that receiver, the alerts it announced firing are taken out of what the receiver
-        was told: the receiver is not sent a resolve for what it never saw, and a group still firing is announced
-        to it again once group_interval is over (Alertmanager logs a notification only once it is sent)."""
-        group = self.groups.get(n.group_key)
-        r = n.receiver
-        if group is None or n.storm is not None or group.last_notified_at.get(r) != n.created_at:
-            return  # a storm's, or one a later notification of the group has since superseded
-        told = group.notified.get(r, {})
-        for a in n.alerts:
+        last one the group gave that receiver, what the receiver was told goes back to what it had before: alerts
+        it announced for the first time are taken out (no resolve for what the receiver never saw, and the group
+        is announced again once group_interval is over, not at once), an escalation goes back to the severity
+        told before, and alerts it announced as ended are the receiver's again, so their "resolved" is sent
+        again. Alertmanager logs a notification only once it is sent."""
+        if n.storm is None:
+            self.undelivered_raw(n.receiver, n.group_key, n.created_at, n.alerts)
+
+    def undelivered_raw(self, receiver: str, group_key: str, created_at: float, alerts: Iterable[Any]) -> None:
+        """`undelivered` from a notification's parts, as read from a row that may be damaged: what cannot be
+        read is left as it is."""
+        group = self.groups.get(group_key)
+        if group is None or group.last_notified_at.get(receiver) != created_at:
+            return  # gone, or a later notification of the group has since superseded this one
+        told = group.notified.setdefault(receiver, {})
+        for a in alerts:
+            if not isinstance(a, dict) or not isinstance(a.get("key"), str):
+                continue
+            key, severity = a["key"], a.get("severity")
             if a.get("state") == "firing":
-                told.pop(str(a.get("key")), None)
+                if a.get("first_told"):
+                    told.pop(key, None)
+                elif isinstance(a.get("previous_severity"), str):
+                    told[key] = a["previous_severity"]
+            elif a.get("state") == "resolved" and isinstance(severity, str):
+                told[key] = severity  # it still has it as firing: the resolve is owed again
+                if key not in self.alerts:  # let go once the resolve was queued: back, to be resolved again
+                    with contextlib.suppress(TypeError, ValueError):
+                        self.alerts[key] = Alert(**{f: a[f] for f in _ALERT_FIELDS if f in a})
         if not told:  # last_notified_at stays: the group is announced again after group_interval, not at once
-            group.notified.pop(r, None)
+            group.notified.pop(receiver, None)
 
     def _record(self, group: AlertGroup, receiver: str, current: dict[str, str], now: float) -> None:
         if current:
@@ -468,7 +490,9 @@ class AlertBook:
         for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key)):
             entry = _as_dict(a)
             before = told.get(a.key)
-            if before is not None and before != a.severity:
+            if before is None:
+                entry["first_told"] = True  # if it never arrives, the receiver never had this alert (undelivered)
+            elif before != a.severity:
                 entry["previous_severity"] = before  # escalated or eased since it was told: that one has ended
             alerts.append(entry)
         alerts += resolved
@@ -593,7 +617,8 @@ class AlertBook:
                 book.groups[group.key] = group
         names = {r.name for r in receivers}
         for row in raw.get("storms", []):
-            storm = load("storms", row, lambda st: Storm(**st))
+            # A storm saved before `announced` was kept: its members were all in its last summary.
+            storm = load("storms", row, lambda st: Storm(**{"announced": dict(st.get("members") or {}), **st}))
             if storm is not None and storm.receiver in names:  # a receiver no longer configured: let go
                 book.storms[storm.key] = storm
         for row in raw.get("silences", []):

@@ -180,10 +180,8 @@ class ClusterPoller:
                 known[tp] = cached[2]
             elif previous.get(tp) == log_end:  # idle since the last poll: a busy log's tail is not looked at
                 wanted[tp] = (offset, log_end)
-        if wanted:
-            found = wire.run(wire.control_tails, leaders, wanted)
-            for tp in wanted:
-                known[tp] = found.get(tp)
+        if wanted:  # only definite answers are kept: a failed look is tried again at the next poll
+            known.update(wire.run(wire.control_tails, leaders, wanted))
         self._tails = {tp: (self._short_tails[tp], short[tp], begins) for tp, begins in known.items()}
         if not any(begins is not None for begins in known.values()):
             return partitions

@@ -259,16 +259,20 @@ class Wire:
 
     async def control_tails(
         self, leaders: Mapping[TopicPartition, int], wanted: Mapping[TopicPartition, tuple[int, int]]
-    ) -> dict[TopicPartition, int]:
+    ) -> dict[TopicPartition, int | None]:
         """For each wanted partition (offset, log end): where the run of control records (transaction markers)
-        that ends the log begins, if only such records lie between the offset and the log end. One Fetch per
-        leader; a partition whose batches could not all be read is left out."""
+        that ends the log begins (None: a data record comes last). One Fetch per leader. Only definite answers:
+        a partition whose batches could not all be read (an error, a leader unknown, the answer cut short) is
+        left out, to be asked again."""
         by_leader: dict[int, list[tuple[TopicPartition, int]]] = {}
         for tp, (offset, _) in wanted.items():
             if tp in leaders:
                 by_leader.setdefault(leaders[tp], []).append((tp, offset))
-        requests = [(leader, _fetch_request(items, TAIL_BYTES)) for leader, items in by_leader.items()]
-        tails: dict[TopicPartition, int] = {}
+        requests = [
+            (leader, _fetch_request(items, TAIL_BYTES, min(len(items) * TAIL_BYTES, TAIL_REQUEST_BYTES)))
+            for leader, items in by_leader.items()
+        ]
+        tails: dict[TopicPartition, int | None] = {}
         for response in await self._send_all(requests):
             if not isinstance(response, BaseException):
                 _read_control_tails(response, wanted, tails)
@@ -289,7 +293,9 @@ class Wire:
         return result
 
 
-def _fetch_request(items: list[tuple[TopicPartition, int]], partition_bytes: int = 1024) -> Any:
+def _fetch_request(
+    items: list[tuple[TopicPartition, int]], partition_bytes: int = 1024, total_bytes: int = 1 << 20
+) -> Any:
     topic_cls = FetchRequest.FetchTopic
     by_topic: dict[str, list[Any]] = {}
     for tp, offset in items:
@@ -301,7 +307,7 @@ def _fetch_request(items: list[tuple[TopicPartition, int]], partition_bytes: int
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
-        max_bytes=1 << 20,
+        max_bytes=total_bytes,
         isolation_level=READ_UNCOMMITTED,
         topics=[topic_cls(topic=t, partitions=ps) for t, ps in by_topic.items()],
         max_version=12,  # v13+ name topics by id
@@ -329,11 +335,12 @@ def _read_record_times(
                 continue  # a compression codec not installed, or a batch cut short: interpolation stays
 
 
-TAIL_BYTES = 16384  # a transaction marker's batch is about 80 bytes: a few records' tail fits many times over
+TAIL_BYTES = 4096  # a transaction marker's batch is about 80 bytes: a tail of 16 of them fits three times over
+TAIL_REQUEST_BYTES = 16 << 20  # partitions past it in one answer are left out, and asked again at the next poll
 
 
 def _read_control_tails(
-    response: Any, wanted: Mapping[TopicPartition, tuple[int, int]], tails: dict[TopicPartition, int]
+    response: Any, wanted: Mapping[TopicPartition, tuple[int, int]], tails: dict[TopicPartition, int | None]
 ) -> None:
     for t in response.responses:
         for p in t.partitions:
@@ -350,8 +357,8 @@ def _read_control_tails(
                         begins = max(begins, batch.next_offset)  # a data batch: its records can be consumed
             except Exception:
                 continue  # a batch cut short or a codec not installed: not known, nothing claimed
-            if reached >= log_end and begins < log_end:
-                tails[tp] = begins
+            if reached >= log_end:  # every batch up to the log end was read: a definite answer
+                tails[tp] = begins if begins < log_end else None
 
 
 def _list_offsets_request(tps: list[TopicPartition], spec: OffsetSpec, isolation: int) -> Any:

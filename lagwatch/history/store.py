@@ -379,7 +379,10 @@ class ClusterHistory:
             ends = self.log_ends.get(tp)
             if ends is None:
                 ends = self.log_ends[tp] = PollRing()
-            ends.put(poll, offsets.log_end, keep)
+            # Where consuming ends: below the log end when only transaction markers follow (consumable_end), so
+            # that a window of a consumer caught up below them has no lag in it.
+            consumable = offsets.consumable_end
+            ends.put(poll, offsets.log_end if consumable is None else consumable, keep)
             if offsets.log_end is not None:
                 timeline = self.timelines.get(tp)
                 if timeline is None:
@@ -504,10 +507,17 @@ class ClusterHistory:
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
-                    if was_empty and group.state == "Empty" and group.kind is GroupKind.CLASSIC:
-                        # Empty at both polls, yet a commit moved: a short job joined, committed and left in
-                        # between, and the group became Empty again since. Its expiry clock restarted; when is not
-                        # known, so the latest possible moment (this poll) gives the latest possible expiry.
+                    if (
+                        was_empty
+                        and group.state == "Empty"
+                        and group.kind is GroupKind.CLASSIC
+                        and committed is not None
+                        and committed.leader_epoch is not None
+                    ):
+                        # Empty at both polls, yet a consumer's commit moved (it carries the epoch of the records
+                        # it read; an admin's --reset-offsets does not, and leaves Kafka's clock where it was): a
+                        # short job joined, committed and left in between, and the group became Empty again since.
+                        # When is not known: the latest possible moment (this poll) gives the latest expiry.
                         track.empty_since = Clock(now, observed=False)
             ring.put(poll, offset, self.keep)
         gone_offsets = {tp: o for tp, o in dropped if o is not None}

@@ -52,9 +52,6 @@ class GroupLag(NamedTuple):
     max_lag: int = 0
     below_log_start: int = 0  # rows in LagState.BELOW_LOG_START (the rule of that name looks only when > 0)
     unknown: int = 0  # rows in LagState.UNKNOWN: committed, but the log end could not be read this poll
-    # Rows caught up below the log end: only transaction markers above them (PartitionOffsets.consumable_end),
-    # or, with use_last_stable, only records of transactions still open.
-    settled: int = 0
 
     def count_state(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
@@ -92,7 +89,7 @@ def group_lag(
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
     topic: str | None = None
-    topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = settled = 0
+    topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = 0
     NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
         LagState.NO_COMMIT,
         LagState.UNKNOWN,
@@ -125,8 +122,6 @@ def group_lag(
                     below += 1
                 else:
                     state = OK
-                if lag == 0 and log_end is not None and offset < log_end:
-                    settled += 1  # caught up below the log end (markers, or the last stable offset)
         # tuple.__new__ with every field: a NamedTuple's own __new__ is a Python function around this call.
         if members and (member := members.get(tp)) is not None:
             row = new_tuple(
@@ -173,5 +168,4 @@ def group_lag(
         max((t.max_lag for t in topics), default=0),
         below,
         unknown,
-        settled,
     )

@@ -149,12 +149,9 @@ class Outbox:
             return {"deliveries": [d.to_json() for d in self.deliveries], "refs": dict(self.refs)}
 
     @classmethod
-    def from_json(
-        cls, raw: dict[str, Any] | None, rejected: list[tuple[str, str, tuple[str, str] | None]] | None = None
-    ) -> Outbox:
+    def from_json(cls, raw: dict[str, Any] | None, rejected: list[tuple[str, str, Any]] | None = None) -> Outbox:
         """Restores the queued deliveries one by one: a row of another shape (a newer lagwatch, a hand edit) is
-        left out and reported in `rejected` as (row key, why, its (notifier, alert group key) where readable); every other
-        delivery is kept."""
+        left out and reported in `rejected` as (row key, why, the row as read); every other delivery is kept."""
         if not raw:
             return cls()
         deliveries = []
@@ -167,12 +164,7 @@ class Outbox:
                 notification = row.get("notification") if isinstance(row, dict) else None
                 notification = notification if isinstance(notification, dict) else {}
                 key = f"{row.get('notifier')}|{notification.get('id')}" if isinstance(row, dict) else repr(row)[:80]
-                notifier, group_key = (
-                    row.get("notifier") if isinstance(row, dict) else None,
-                    notification.get("group_key"),
-                )
-                whose = (notifier, group_key) if isinstance(notifier, str) and isinstance(group_key, str) else None
-                rejected.append((key, f"{type(e).__name__}: {e}", whose))
+                rejected.append((key, f"{type(e).__name__}: {e}", row))
         return cls(deliveries=deliveries, refs=dict(raw.get("refs", {})))
 
 

@@ -34,6 +34,8 @@ class Evaluation:
     held: frozenset[str] = frozenset()
     measures: Mapping[str, GroupMeasure] = field(default_factory=dict)
     expiries: Mapping[str, float] = field(default_factory=dict)  # group -> earliest time its offsets can expire
+    # Groups read only in part (a partition's log end unreadable): their alerts not found this time stay as they are.
+    partial_groups: frozenset[str] = frozenset()
 
 
 def evaluate(
@@ -58,6 +60,7 @@ def evaluate(
     held: set[str] = set()
     production_rates: dict[float, dict[TopicPartition, float | None]] = {}  # rate window start -> partition -> rate
     frozen: set[str] = set()
+    partial: set[str] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
     for group in snapshot.groups:
@@ -73,9 +76,9 @@ def evaluate(
         lag = group_lag(group, snapshot.partitions, use_last_stable)
         if lag.unknown:
             # Part of the picture is missing this poll (a partition's log end unreadable, as in an election): what
-            # is found still fires, but nothing resolves on it. One such poll resolved a stuck consumer's alerts
-            # and paged them again at the next.
-            frozen.add(group.group_id)
+            # is found on the rest still fires, but what is not found is kept as it is, not resolved (one such
+            # poll resolved a stuck consumer's alerts and paged them again at the next), nor dropped if pending.
+            partial.add(group.group_id)
         track = history.groups.get(group.group_id)
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)
@@ -88,7 +91,16 @@ def evaluate(
         if ctx.expiry is not None:
             expiries[group.group_id] = ctx.expiry.expires_at
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
-    return Evaluation(snapshot.cluster, now, tuple(findings), frozenset(frozen), frozenset(held), measures, expiries)
+    return Evaluation(
+        snapshot.cluster,
+        now,
+        tuple(findings),
+        frozenset(frozen),
+        frozenset(held),
+        measures,
+        expiries,
+        frozenset(partial),
+    )
 
 
 def _poll_problem(

@@ -11,7 +11,6 @@ import itertools
 from collections.abc import Iterator
 
 from lagwatch.history import Sample
-from lagwatch.lag import LagState
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -54,16 +53,9 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     by_topic: dict[str, list[int]] = {}
     history = ctx.history
-    lag = ctx.measure.lag
-    # Caught up below the log end (only transaction markers, or open transactions, above): nothing waits.
-    settled = (
-        {tp for tp, p in zip(lag.tps, lag.partitions, strict=True) if p.lag == 0 and p.state is LagState.OK}
-        if lag.settled
-        else ()
-    )
     for tp, progress in ctx.track.partitions.items():
         rules, _ = ctx.rules(tp.topic)
-        if not rules.stalled.enabled or tp in settled:
+        if not rules.stalled.enabled:
             continue
         window = rules.stalled.window_s
         if not ctx.covered(window):

@@ -38,11 +38,14 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         rules, _ = ctx.rules(topic.topic)
-        if not rules.lag.enabled or topic.unknown:  # a partition's log end unread: its alert is held as it is
+        if not rules.lag.enabled:
             continue
-        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, ctx.active_severity("lag", topic.topic))
+        active = ctx.active_severity("lag", topic.topic)
+        severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, active)
         if severity is None:
             continue
+        if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
+            continue  # a partition's log end unread: what the rest says may raise the alert, never lower it
         rows = m.by_topic.get(topic.topic, ())
         worst = sorted(rows, key=lambda row: -(row.partition.lag or 0))[:5]
         eta = m.eta_s
