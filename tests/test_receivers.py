@@ -172,3 +172,23 @@ def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
     (again,) = b.due(20)
     assert again.kind == "update"
     assert sorted((x["rule"], x["state"]) for x in again.alerts) == [("lag", "resolved"), ("stalled", "firing")]
+
+
+def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() -> None:
+    """A storm's first summary was refused for good: the receiver knows nothing of the storm. The next summary
+    comes once group_interval is over, not at the repeat interval, hours later."""
+    b = AlertBook(
+        AlertsConfig.model_validate(
+            {"group_wait_s": 0, "group_interval_s": 300, "repeat_interval_s": 4 * 3600, "storm_threshold": 2}
+        ),
+        receivers=(CHAT,),
+    )
+    storm = [finding(f"g{i}", "warning") for i in range(3)]
+    b.apply("c", storm, frozenset(), 0)
+    (summary,) = b.due(0)
+    b.undelivered(summary)
+    sent = []
+    for t in (100, 200, 300, 400):
+        b.apply("c", storm, frozenset(), t)
+        sent += [(t, n.kind, n.storm["groups_firing"] if n.storm else None) for n in b.due(t)]
+    assert sent == [(300, "update", 3)]

@@ -404,6 +404,10 @@ class AlertBook:
         again. Alertmanager logs a notification only once it is sent."""
         if n.storm is None:
             self.undelivered_raw(n.receiver, n.group_key, n.created_at, n.alerts)
+            return
+        storm = self.storms.get(n.group_key)
+        if storm is not None and storm.last_notified_at == n.created_at:
+            storm.announced = {}  # nothing of it arrived: every group is news for the summary after group_interval
 
     def undelivered_raw(self, receiver: str, group_key: str, created_at: float, alerts: Iterable[Any]) -> None:
         """`undelivered` from a notification's parts, as read from a row that may be damaged: what cannot be
