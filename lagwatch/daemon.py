@@ -30,6 +30,7 @@ from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory, compact_records, polls_to_keep
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
+from lagwatch.notify.settings import Route
 from lagwatch.notify.webhook import WebhookNotifier
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
@@ -112,15 +113,10 @@ class Daemon:
         """Each notifier with its route, as the alert lifecycle sees them (routing comes before dedup)."""
         receivers = []
         for name, notifier in self.notifiers.items():
-            route = self.routes.get(name)
+            route = self.routes.get(name) or Route()
             # Alertmanager groups alerts itself: a storm summary would hide most of them from it.
             storms = not (isinstance(notifier, WebhookNotifier) and notifier.config.format == "alertmanager")
-            if route is None:
-                receivers.append(Receiver(name, storms=storms))
-            else:
-                receivers.append(
-                    Receiver(name, route.min_severity, tuple(sorted(route.matchers.items())), storms=storms)
-                )
+            receivers.append(Receiver(name, route.min_severity, tuple(sorted(route.matchers.items())), storms))
         return tuple(receivers)
 
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:

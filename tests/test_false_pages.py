@@ -332,3 +332,22 @@ def test_exact_clocks_still_catching_up_do_not_page_on_an_old_commit() -> None:
     for i, (records, caught_up) in enumerate([*batches, *[([], True)] * 5]):
         p.step(snapshot(t0 + 5 * i, [quiet], {TP: 10}), records, caught_up)
     assert p.sent == []
+
+
+def test_a_topic_read_in_full_resolves_while_another_topic_of_the_group_is_unreadable() -> None:
+    """Holding is scoped: while a partition of `orders` has no readable log end, the group's alerts on `orders`
+    and its own stay as they are, but its lag alert on another topic, whose lag is gone, resolves."""
+    p = pipeline()
+    other = TopicPartition("other", 0)
+    for i, t in enumerate(times(0, 200)):
+        caught_up = i >= 20
+        g = group("g", committed={TP: 100, other: 5000 if caught_up else 1000})
+        snap = snapshot(t, [g], {TP: 100, other: 5000})
+        if caught_up:  # from here on, orders-0's log end cannot be read
+            snap = dataclasses.replace(
+                snap, partitions={**snap.partitions, TP: PartitionOffsets(None, None, error="OFFSET_NOT_AVAILABLE")}
+            )
+        p.step(snap)
+    told = [(n.kind, {(a["labels"]["topic"], a["state"]) for a in n.alerts}) for n in p.sent]
+    assert told[0] == ("firing", {("other", "firing")}) and told[-1] == ("resolved", {("other", "resolved")}), told
+    assert not [a for a in p.book.alerts.values() if a.state == "firing"]

@@ -202,9 +202,10 @@ class AlertBook:
         frozen_groups: frozenset[str] | None,
         now: float,
         held: frozenset[str] = frozenset(),
-        partial: frozenset[str] = frozenset(),
+        partial: frozenset[tuple[str, str | None]] = frozenset(),
     ) -> None:
-        """`partial`: groups read only in part this time; their alerts not found stay exactly as they are."""
+        """`partial`: (group, topic) read only in part this time, topic None for the group's own alerts; their
+        alerts not found stay exactly as they are."""
         seen = set()
         for f in findings:
             key = f.key
@@ -235,7 +236,9 @@ class AlertBook:
             if alert.state == "pending" and for_elapsed(alert.started_at, alert.for_s, now):
                 alert.state, alert.fired_at = "firing", now
         for key, alert in list(self.alerts.items()):
-            if alert.cluster != cluster or key in seen or alert.state == "resolved" or alert.group in partial:
+            if alert.cluster != cluster or key in seen or alert.state == "resolved":
+                continue
+            if partial and (alert.group, alert.labels.get("topic")) in partial:
                 continue
             frozen = (frozen_groups is None and alert.rule != "cluster_unreachable") or (
                 frozen_groups is not None and alert.group in frozen_groups
@@ -477,7 +480,7 @@ class AlertBook:
         self, group: AlertGroup, receiver: str, kind: str, firing: list[Alert], left: list[Alert], now: float
     ) -> Notification:
         self.sequence += 1
-        told = self.groups[group.key].notified.get(receiver, {}) if group.key in self.groups else {}
+        told = group.notified.get(receiver, {})  # before this notification is recorded
         # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
         # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
         # the one it has.

@@ -76,7 +76,7 @@ class ClusterPoller:
         # Short tails looked at: partition -> (log end, from offset, where its control records begin or None).
         # A log's records never change below its end: the answer stands until the log end moves.
         self._tails: dict[TopicPartition, tuple[int, int, int | None]] = {}
-        self._short_tails: dict[TopicPartition, int] = {}  # the last poll's partitions with one: their log end
+        self._log_ends: dict[TopicPartition, int] = {}  # the last poll's: a log whose end has not moved is idle
 
     def close(self) -> None:
         if self._admin is not None:
@@ -161,28 +161,28 @@ class ClusterPoller:
         a consumer that took every record may stay committed below the log end, with a lag that is not one. For
         the partitions of an idle log (its end unchanged since the last poll) on which a group is committed a few
         records below the end, the records in between are looked at (one Fetch per leader, once per log end)."""
-        short: dict[TopicPartition, int] = {}  # partition -> the lowest committed offset in its short tail
-        for g in groups:
-            for tp, committed in g.committed.items():
-                offsets = partitions.get(tp)
-                if offsets is None or offsets.log_end is None:
-                    continue
-                offset = committed.offset
-                if 0 < offsets.log_end - offset <= CONTROL_TAIL_RECORDS and offset < short.get(tp, offset + 1):
-                    short[tp] = offset
-        previous, self._short_tails = self._short_tails, {tp: partitions[tp].log_end or 0 for tp in short}
+        ends = {tp: o.log_end for tp, o in partitions.items() if o.log_end is not None}
+        previous, self._log_ends = self._log_ends, ends
+        idle = {tp: end for tp, end in ends.items() if previous.get(tp) == end}
+        short: dict[TopicPartition, int] = {}  # idle partition -> the lowest committed offset in its short tail
+        if idle:  # a busy cluster, every log growing, costs nothing more
+            for g in groups:
+                for tp, committed in g.committed.items():
+                    end = idle.get(tp)
+                    offset = committed.offset
+                    if end is not None and 0 < end - offset <= CONTROL_TAIL_RECORDS and offset < short.get(tp, end):
+                        short[tp] = offset
         wanted: dict[TopicPartition, tuple[int, int]] = {}
         known: dict[TopicPartition, int | None] = {}
         for tp, offset in short.items():
-            log_end = self._short_tails[tp]
             cached = self._tails.get(tp)
-            if cached is not None and cached[0] == log_end and cached[1] <= offset:
+            if cached is not None and cached[0] == idle[tp] and cached[1] <= offset:
                 known[tp] = cached[2]
-            elif previous.get(tp) == log_end:  # idle since the last poll: a busy log's tail is not looked at
-                wanted[tp] = (offset, log_end)
+            else:
+                wanted[tp] = (offset, idle[tp])
         if wanted:  # only definite answers are kept: a failed look is tried again at the next poll
             known.update(wire.run(wire.control_tails, leaders, wanted))
-        self._tails = {tp: (self._short_tails[tp], short[tp], begins) for tp, begins in known.items()}
+        self._tails = {tp: (idle[tp], short[tp], begins) for tp, begins in known.items()}
         if not any(begins is not None for begins in known.values()):
             return partitions
         marked = dict(partitions)

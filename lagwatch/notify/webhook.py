@@ -60,23 +60,17 @@ def alertmanager_body(n: Notification, hold_s: float) -> list[dict[str, Any]]:
         annotations = {"summary": a["summary"]}
         if a.get("runbook_url"):
             annotations["runbook_url"] = a["runbook_url"]
-        out.append(
-            {
-                "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": a["severity"], **a["labels"]},
-                "annotations": annotations,
-                "startsAt": _iso(a.get("fired_at") or a["started_at"]),
-                "endsAt": _iso(ends),
-            }
-        )
-        if a.get("previous_severity"):  # severity is part of an Alertmanager alert's identity: the old one ends
-            out.append(
-                {
-                    "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": a["previous_severity"], **a["labels"]},
-                    "annotations": annotations,
-                    "startsAt": _iso(a.get("fired_at") or a["started_at"]),
-                    "endsAt": _iso(n.created_at),
-                }
-            )
+        # Severity is part of an Alertmanager alert's identity: the alert of the severity it had before ends now.
+        for severity, until in ((a["severity"], ends), (a.get("previous_severity"), n.created_at)):
+            if severity:
+                out.append(
+                    {
+                        "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": severity, **a["labels"]},
+                        "annotations": annotations,
+                        "startsAt": _iso(a.get("fired_at") or a["started_at"]),
+                        "endsAt": _iso(until),
+                    }
+                )
     return out
 
 

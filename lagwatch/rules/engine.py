@@ -34,8 +34,9 @@ class Evaluation:
     held: frozenset[str] = frozenset()
     measures: Mapping[str, GroupMeasure] = field(default_factory=dict)
     expiries: Mapping[str, float] = field(default_factory=dict)  # group -> earliest time its offsets can expire
-    # Groups read only in part (a partition's log end unreadable): their alerts not found this time stay as they are.
-    partial_groups: frozenset[str] = frozenset()
+    # Groups read only in part (a partition's log end unreadable): (group, None) and (group, each such topic). Their
+    # alerts not found this time, of the group itself or of those topics, stay as they are.
+    partial_groups: frozenset[tuple[str, str | None]] = frozenset()
 
 
 def evaluate(
@@ -60,7 +61,7 @@ def evaluate(
     held: set[str] = set()
     production_rates: dict[float, dict[TopicPartition, float | None]] = {}  # rate window start -> partition -> rate
     frozen: set[str] = set()
-    partial: set[str] = set()
+    partial: set[tuple[str, str | None]] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
     for group in snapshot.groups:
@@ -76,9 +77,11 @@ def evaluate(
         lag = group_lag(group, snapshot.partitions, use_last_stable)
         if lag.unknown:
             # Part of the picture is missing this poll (a partition's log end unreadable, as in an election): what
-            # is found on the rest still fires, but what is not found is kept as it is, not resolved (one such
-            # poll resolved a stuck consumer's alerts and paged them again at the next), nor dropped if pending.
-            partial.add(group.group_id)
+            # is found on the rest still fires, but the alerts of the group and of those topics not found are kept
+            # as they are, not resolved (one such poll resolved a stuck consumer's alerts and paged them again at
+            # the next), nor dropped if pending. Its other topics' alerts resolve as ever.
+            partial.add((group.group_id, None))
+            partial.update((group.group_id, t.topic) for t in lag.topics if t.unknown)
         track = history.groups.get(group.group_id)
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)

