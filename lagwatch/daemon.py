@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor as Executor
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobExecutionEvent
@@ -25,6 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from lagwatch import gc_policy
 from lagwatch.alerts import AlertBook, Notification, Receiver
+from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
@@ -54,12 +56,15 @@ class Daemon:
         settings: Settings,
         clusters: Mapping[str, ClusterConfig] | None = None,
         notifiers: Mapping[str, Notifier] | None = None,
-        clock: Callable[[], float] = time.time,
-        poller_factory: Callable[[str, ClusterConfig], Any] = ClusterPoller,
+        clock: Callable[[], float] | None = None,
+        poller_factory: Callable[[str, ClusterConfig], Any] | None = None,
         reader_factory: Callable[..., Any] | None = OffsetsTopicReader,
     ) -> None:
         self.settings = settings
-        self.clock = clock
+        # Never back, even when the host's clock is stepped back (lagwatch.clock); tests give their own.
+        self.clock: Callable[[], float] = clock if clock is not None else SteadyClock()
+        if poller_factory is None:
+            poller_factory = partial(ClusterPoller, clock=self.clock)  # polls dated by the same clock
         self.store = StateStore(settings.state_dir).open()
         self.resolver = RuleResolver(settings.rules)
         self.book_lock = threading.RLock()
@@ -77,7 +82,7 @@ class Daemon:
             self.outbox,
             self.notifiers,
             self.save_outbox,
-            clock,
+            self.clock,
             max_age_s=settings.notifiers.max_age_s,
             given_up=self._undelivered,
         )
@@ -196,6 +201,9 @@ class Daemon:
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
         history.keep = polls_to_keep(self.settings.rules.longest_window_s(), config.poll_interval_s)
+        if isinstance(self.clock, SteadyClock) and history.last_ok_poll is not None:
+            # Saved under a host clock since set back: the next polls must still come after the saved ones.
+            self.clock.not_before(history.last_ok_poll)
         return history
 
     def save_history(self, runtime: ClusterRuntime, wait_s: float | None = None) -> None:
@@ -348,6 +356,11 @@ class Daemon:
             "failed": self.dispatcher.failed_attempts,
             "state_save_failures": self.state_failures,
             "collapsed": self.outbox.collapsed,
+            **(
+                {"clock_steps_back": self.clock.steps_back, "clock_ahead_seconds": self.clock.ahead_s}
+                if isinstance(self.clock, SteadyClock)
+                else {}
+            ),
             **(
                 {
                     "lake_write_failures": self.lake.stats.write_failures,

@@ -93,6 +93,27 @@ def test_silence_suppresses_until_it_ends() -> None:
     assert step(b, [finding(group="batch-1")], 1000) == ["firing"]
 
 
+def test_a_silence_on_an_announced_alert_keeps_its_message_and_still_tells_its_end() -> None:
+    """Silenced after it was announced: nothing while the silence lasts. Before, the receiver forgot the alert: when
+    the silence expired with the alert still firing, it came as a new incident (a second Slack message, the first
+    left red for good), and an alert that ended under the silence never got its "resolved"."""
+    from lagwatch.alerts.book import Silence
+
+    b = book(group_wait_s=0)
+    assert step(b, [finding()], 0) == ["firing"]
+    b.silences.append(Silence("s1", {"group": "g"}, ends_at=1000, created_by="api"))
+    for t in (100, 500, 999, 1000, 1300):  # silenced, then the silence over: the same incident, nothing new
+        assert step(b, [finding()], t) == [], t
+    assert step(b, [finding()], 3600) == ["repeat"]  # repeats where it left off
+    b.silences.append(Silence("s2", {"group": "g"}, ends_at=10_000, created_by="api"))
+    assert step(b, [finding(severity="critical")], 4000) == []  # worse under the silence: still quiet
+    assert step(b, [], 4400) == ["resolved"]  # it ended under the silence: the receiver that had it is told
+    assert b.alerts == {} and b.groups == {}
+    again = book(group_wait_s=0)  # silenced before it was ever announced: announced when the silence ends
+    again.silences.append(Silence("s3", {"group": "g"}, ends_at=1000, created_by="api"))
+    assert step(again, [finding()], 0) == [] and step(again, [finding()], 1000) == ["firing"]
+
+
 def test_restart_from_saved_state_sends_no_duplicate(tmp_path: Path) -> None:
     from lagwatch.notify import Outbox
     from lagwatch.state.db import StateDatabase

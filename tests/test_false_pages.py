@@ -7,10 +7,12 @@ Polls every 5 s, with millisecond jitter as real polls have. Rules tightened so 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
 
+from lagwatch.history import ClusterHistory
 from lagwatch.model import CommittedOffset, GroupKind, PartitionOffsets, TopicPartition
 from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
 from tests.synthetic import TP, Pipeline, group, snapshot
@@ -351,3 +353,57 @@ def test_a_topic_read_in_full_resolves_while_another_topic_of_the_group_is_unrea
     told = [(n.kind, {(a["labels"]["topic"], a["state"]) for a in n.alerts}) for n in p.sent]
     assert told[0] == ("firing", {("other", "firing")}) and told[-1] == ("resolved", {("other", "resolved")}), told
     assert not [a for a in p.book.alerts.values() if a.state == "firing"]
+
+
+def _sink_polls(
+    p: Pipeline, start: int, end: int, stop_at: float | None = None, blind: tuple[int, int] = (0, 0)
+) -> None:
+    """A sink keeping up with 100 records/s that commits every 6 minutes (S3 sink, rotate.interval.ms=360000),
+    polled every 30 s; from `stop_at` on it commits nothing more (members still there)."""
+    for i in range(start, end):
+        if blind[0] <= i < blind[1]:
+            continue  # lagwatch down: no poll
+        t = i * 30.0
+        flushed = t if stop_at is None else min(t, stop_at)
+        p.step(snapshot(t, [group("sink", committed={TP: int(100 * (flushed - flushed % 360))})], {TP: int(100 * t)}))
+
+
+def test_a_sink_that_commits_every_six_minutes_is_not_stalled_and_its_real_stall_still_pages() -> None:
+    """Under the 5-minute default window, a healthy sink that flushes every 6 minutes paged `stalled` critical
+    every 6 minutes (and resolved a poll later). The group's own commit interval is learnt from the polls:
+    `stalled` waits twice that, and a real stall still pages, 12 minutes after the sink's last commit."""
+    p = Pipeline()  # default rules: stalled window 5 minutes
+    _sink_polls(p, 0, 240)  # two hours
+    assert p.sent == []
+    assert p.history.groups["sink"].commit_interval == 360.0
+    _sink_polls(p, 240, 300, stop_at=7200.0)
+    firing = [n for n in p.sent if n.kind != "resolved" and any(a["rule"] == "stalled" for a in n.alerts)]
+    assert firing and all(n.kind != "resolved" for n in p.sent)
+    fired_at = min(n.created_at for n in firing)
+    assert 7200 + 720 <= fired_at <= 7200 + 720 + 30, fired_at
+    alert = next(a for a in p.book.alerts.values() if a.rule == "stalled")
+    assert alert.details["commit_interval_s"] == 360.0 and "commits about every 6m" in alert.summary
+
+
+def test_the_commit_interval_is_learnt_only_from_waits_with_records_waiting_and_without_blind_spells() -> None:
+    """A consumer that commits as soon as a record comes, on a topic with a record every 20 minutes, is caught up
+    at polls: the time between records is not its cadence (it would have hidden a real stall for 40 minutes). A
+    wait across lagwatch's own downtime is not one either. Past its first hour, such a group's stall pages at the
+    rule's window, and the cadence is kept by a history save."""
+    p = Pipeline()
+    end = committed = 0
+    for i in range(300):
+        if i % 40 == 0:
+            end += 1
+        committed = end if i < 250 else committed  # stuck from poll 250 on, members still there
+        p.step(snapshot(i * 30.0, [group("prompt", committed={TP: committed})], {TP: end}))
+    assert p.history.groups["prompt"].commit_gaps == ()
+    fired = [n.created_at for n in p.sent if any(a["rule"] == "stalled" and a["state"] == "firing" for a in n.alerts)]
+    assert fired and fired[0] == 280 * 30.0 + 300  # the record of poll 280 waited the window: 5 minutes
+
+    sink = Pipeline()
+    _sink_polls(sink, 0, 120, blind=(30, 50))  # down for 10 minutes within the first hour
+    gaps = sink.history.groups["sink"].commit_gaps
+    assert gaps and set(gaps) == {360.0}, gaps  # the wait across the blind spell (up to 16 minutes) is not in it
+    loaded = ClusterHistory.from_json(json.loads(json.dumps(sink.history.to_json())))
+    assert loaded.groups["sink"].commit_gaps == gaps

@@ -90,7 +90,7 @@ def test_no_finding_for_a_caught_up_group(ends: list[int], state: str, members: 
 
 
 def test_stalled_only_while_new_records_arrive() -> None:
-    p = Pipeline({"stalled": {"window_s": 120}})
+    p = Pipeline({"stalled": {"window_s": 120, "learn_commit_interval": False}})  # the window alone
     for t in range(0, 150, 30):
         evaluation = p.step(snapshot(t, [group(committed={TP: 40})], {TP: 50 + t}))
     assert rules_of(evaluation).get("stalled") == "critical"
@@ -407,7 +407,11 @@ def test_a_window_longer_than_64_polls_is_judged() -> None:
     the window was never covered and the rule never fired, silently; sized to the rules, it fires."""
     from lagwatch.history import polls_to_keep
 
-    rules = {"stalled": {"window_s": 2400, "for_s": 0}, "expiry": {"enabled": False}, "lag": {"enabled": False}}
+    rules = {
+        "stalled": {"window_s": 2400, "for_s": 0, "learn_commit_interval": False},
+        "expiry": {"enabled": False},
+        "lag": {"enabled": False},
+    }
     fired = {}
     for keep in (64, polls_to_keep(2400, 30)):
         p = Pipeline(rules)

@@ -34,6 +34,7 @@ from lagwatch.matchers import full_match
 from lagwatch.model import Finding, key_part
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+_NONE: frozenset[str] = frozenset()
 
 
 def _as_dict(alert: Alert) -> dict[str, Any]:
@@ -349,6 +350,14 @@ class AlertBook:
                 if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, inhibitors)
             ]
             live_keys = {a.key for a in live}
+            # Firing but silenced: a receiver told of one keeps it (no news while the silence lasts), so that its
+            # end is still told, and an alert still firing when the silence expires goes on in the message the
+            # receiver has (forgotten, it came back as a new incident in a new Slack message, the old one red).
+            muted = (
+                {a.key for a in alerts if a.state == "firing" and a.key not in live_keys and self.silenced(a, now)}
+                if len(live) < len(alerts) and self.silences
+                else _NONE
+            )
             for receiver in self.receivers:
                 r = receiver.name
                 told = group.notified.get(r, {})
@@ -366,18 +375,19 @@ class AlertBook:
                 if kind is None:
                     # Alerts silenced or inhibited since the last notification leave quietly, without a "resolved".
                     gone = {a.key for a in left}
-                    for k in [k for k in told if k not in current and k not in gone]:
+                    for k in [k for k in told if k not in current and k not in gone and k not in muted]:
                         del told[k]
                     continue
                 if kind == "firing" and not told and receiver.storms:
                     cluster = next((a.cluster for a in firing), group.labels.get("cluster", ""))
                     starting.setdefault((r, cluster), []).append((group, firing))
                     continue
+                kept = {**{k: told[k] for k in muted if k in told}, **current} if muted else current
                 if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
-                    self._record(group, r, current, now)
+                    self._record(group, r, kept, now)
                     continue
                 out.append(self._notify(group, r, kind, firing, left, now))
-                self._record(group, r, current, now)
+                self._record(group, r, kept, now)
         for (r, cluster), firsts in starting.items():
             storm = self.storms.get(f"storm|{r}|{cluster}")
             if storm is not None or len(firsts) > self.config.storm_threshold:

@@ -40,6 +40,8 @@ _NO_ENDS: array[int] = array("q")
 MAX_SAMPLES = 64  # polls of samples kept unless the daemon sizes them to its rules (polls_to_keep)
 MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
+COMMIT_GAPS_KEPT = 8  # a group's latest waits between commits with records waiting: its commit cadence
+COMMIT_GAPS_NEEDED = 3  # fewer, and the cadence is not known yet
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -105,6 +107,20 @@ class GroupTrack:
     gone_since: float | None = None
     evidence_since: float | None = None  # start of the unbroken stretch in which this group was read every poll
     unreadable: bool = False  # the last poll could not read this group: the next one starts fresh evidence
+    # How long the group's commits keep records waiting when it is healthy (a sink that flushes every 6 minutes):
+    # the latest waits, in seconds, from a partition's commit to its next while records were waiting before it,
+    # within unbroken observation (one a poll). `stalled` waits for longer than that before it pages.
+    commit_gaps: tuple[float, ...] = ()
+
+    @property
+    def commit_interval(self) -> float | None:
+        """The median of the latest waits between commits (None: too few seen yet)."""
+        gaps = self.commit_gaps
+        if len(gaps) < COMMIT_GAPS_NEEDED:
+            return None
+        ordered = sorted(gaps)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 @dataclass
@@ -492,6 +508,8 @@ class ClusterHistory:
         partitions = track.partitions
         # Offsets committed at the last sample and not now: vanished (read before this poll's samples go in).
         dropped = [(tp, p.last_committed) for tp, p in partitions.items() if tp not in committed_now]
+        gap_taken = False  # at most one commit gap a poll: one lookup per group for a consumer that commits often
+        evidence = self.evidence_start(group.group_id)
         for tp in {*committed_now, *assigned} if assigned else committed_now:
             committed = committed_now.get(tp)
             offset = committed.offset if committed is not None else None
@@ -504,6 +522,8 @@ class ClusterHistory:
                 if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
+                    if not gap_taken:
+                        gap_taken = self._commit_gap(track, progress, tp, poll, previous, now, evidence)
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -528,6 +548,34 @@ class ClusterHistory:
             for tp in gone_offsets:
                 if tp not in assigned:
                     del track.partitions[tp]
+
+    def _commit_gap(
+        self,
+        track: GroupTrack,
+        progress: PartitionProgress,
+        tp: TopicPartition,
+        poll: int,
+        previous: int,
+        now: float,
+        evidence: float | None,
+    ) -> bool:
+        """Records the wait that ends with this commit of `tp` (its offset moved at this poll) in the group's
+        commit gaps, when it says how the group commits: its last commit was seen to happen, within unbroken
+        observation, and records were waiting at the previous poll. A consumer that commits as soon as a record
+        comes is caught up at polls: the time between records is not a cadence, and is not recorded."""
+        last = progress.last_commit_change
+        # Not a commit seen at the first poll after a blind spell: it happened somewhere within the spell.
+        if last is None or not last.observed or evidence is None or last.since <= evidence:
+            return False
+        ring = progress.committed
+        if ring.first + len(ring.values) != poll:  # not sampled at the previous poll
+            return False
+        ends = self.log_ends.get(tp)
+        index = poll - 1 - ends.first if ends is not None else -1
+        if ends is None or not 0 <= index < len(ends.values) or ends.values[index] <= previous:
+            return False  # nothing was waiting (or the log end was not read) at the previous poll
+        track.commit_gaps = (*track.commit_gaps[1 - COMMIT_GAPS_KEPT :], now - last.since)
+        return True
 
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
         """Offsets of a deleted topic vanish with it: a deletion, not an expiry."""
@@ -797,6 +845,7 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "unreadable": t.unreadable,
         "empty_since": _clock_json(t.empty_since),
         "gone_since": t.gone_since,
+        "commit_gaps": list(t.commit_gaps),
         "partitions": topics,
         "rewinds": [[tp.topic, tp.partition, *r] for tp, r in t.rewinds.items()],
         "vanished": None
@@ -821,6 +870,8 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
         gone_since=raw.get("gone_since"),
         evidence_since=raw.get("evidence_since"),
         unreadable=bool(raw.get("unreadable", False)),
+        # Optional (older saves have none): read as numbers, at most the kept count.
+        commit_gaps=tuple(float(g) for g in raw.get("commit_gaps", ())[-COMMIT_GAPS_KEPT:]),
     )
     if columns is not None:
         for topic, count in raw["partitions"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from lagwatch.history import Sample
+from lagwatch.history import PartitionProgress, Sample
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -40,9 +40,27 @@ def _between_generations(ctx: GroupContext) -> bool:
     return not ctx.group.members and ctx.group.state in REBALANCING
 
 
+# Before a group's commit cadence is known, and for this long after lagwatch first saw it, `stalled` waits twice
+# its window: a sink that commits every 6 minutes is not paged under a 5-minute window while its cadence is learnt.
+LEARNING_S = 3600.0
+
+
+def stall_window(ctx: GroupContext, window: float, learn: bool) -> float:
+    """How long a partition must go without a commit while records wait before `stalled` pages it: the rule's
+    window, or twice the group's own commit interval where that is longer (a healthy sink that flushes every few
+    minutes keeps records waiting that long at every flush)."""
+    if not learn or ctx.track is None:
+        return window
+    interval = ctx.track.commit_interval
+    if interval is not None:
+        return max(window, 2 * interval)
+    return 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else window
+
+
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
     """Members are there, and a partition had records to consume at every poll of the window while its committed
-    offset did not move. Quiet time with nothing to consume is not a stall."""
+    offset did not move. Quiet time with nothing to consume is not a stall. The wait must also exceed the group's
+    own cadence (stall_window): the window is checked on the kept polls, the wait on the partition's last commit."""
     if ctx.track is None:
         return
     if _between_generations(ctx):
@@ -66,7 +84,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             committed_offsets, log_ends = aligned
             offset = committed_offsets[0]
             if min(committed_offsets) == max(committed_offsets) and min(log_ends) > offset:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
+                _stalled_partition(ctx, tp, progress, window, rules.stalled.learn_commit_interval, by_topic)
             continue
         samples = history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
@@ -75,21 +93,52 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         if len(committed) == 1 and None not in committed:
             lags = [_lag(s) for s in samples]
             if all(lags):
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
+                _stalled_partition(ctx, tp, progress, window, rules.stalled.learn_commit_interval, by_topic)
             elif all(lag is None or lag > 0 for lag in lags):  # a poll without the log end: it cannot tell
                 ctx.hold("stalled", tp.topic)
+    interval = ctx.track.commit_interval
     for topic, parts in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
+        waited = stall_window(ctx, rules.stalled.window_s, rules.stalled.learn_commit_interval)
+        cadence = (
+            ""
+            if waited <= rules.stalled.window_s or interval is None
+            else f" (it commits about every {duration(interval)})"
+        )
         yield ctx.finding(
             "stalled",
             rules.stalled.severity,
             f"{ctx.group.group_id} has members but committed nothing on {partitions([(topic, p) for p in sorted(parts)])} "
-            f"for {duration(rules.stalled.window_s)} although records were waiting the whole time",
+            f"for {duration(waited)} although records were waiting the whole time{cadence}",
             topic=topic,
-            details={"partitions": sorted(parts), "window_s": rules.stalled.window_s},
+            details={
+                "partitions": sorted(parts),
+                "window_s": rules.stalled.window_s,
+                "waited_s": waited,
+                "commit_interval_s": interval,
+            },
             for_s=rules.stalled.for_s,
             runbook_url=rules.stalled.runbook_url,
         )
+
+
+def _stalled_partition(
+    ctx: GroupContext,
+    tp: TopicPartition,
+    progress: PartitionProgress,
+    window: float,
+    learn: bool,
+    by_topic: dict[str, list[int]],
+) -> None:
+    """`tp` had records waiting and no commit over the whole window: stalled if its wait since its last commit is
+    past stall_window too. Otherwise an alert already up stays as it is (the cadence learnt meanwhile must not
+    resolve a stall it fired for, and page it again later)."""
+    last = progress.last_commit_change
+    waited = ctx.now - last.since if last is not None else 0.0
+    if waited >= stall_window(ctx, window, learn):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        ctx.hold("stalled", tp.topic)
 
 
 def stopped(ctx: GroupContext) -> Iterator[Finding]:

@@ -330,7 +330,7 @@ def render(
     return assemble([render_cluster(rt) for rt in clusters], render_daemon(alerts, notify_stats))
 
 
-def render_daemon(alerts: Iterable[Alert], notify_stats: dict[str, int]) -> list[FamilyPart]:
+def render_daemon(alerts: Iterable[Alert], notify_stats: Mapping[str, float]) -> list[FamilyPart]:
     """The series of no one cluster: alerts and notifications."""
     f = _Families()
     alerts = list(alerts)  # read twice below
@@ -368,6 +368,21 @@ def render_daemon(alerts: Iterable[Alert], notify_stats: dict[str, int]) -> list
         [],
         notify_stats.get("collapsed", 0),
     )
+    if "clock_steps_back" in notify_stats:
+        f.set(
+            f.counter("clock_steps_back", "Times the host clock was found behind lagwatch's (stepped back)", []),
+            [],
+            notify_stats["clock_steps_back"],
+        )
+        f.set(
+            f.gauge(
+                "clock_ahead_seconds",
+                "How far lagwatch's time is ahead of the host clock (after a step back, until caught up)",
+                [],
+            ),
+            [],
+            notify_stats["clock_ahead_seconds"],
+        )
     if "lake_write_failures" in notify_stats:
         f.set(
             f.counter("lake_write_failures", "Lake writes the target refused (rows kept and tried again)", []),

@@ -1,0 +1,105 @@
+"""The daemon's clock never goes back, whatever the host's clock does, and catches up with it after a step back."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+
+from lagwatch.clock import SLEW, SteadyClock
+from lagwatch.model import GroupKind, TopicPartition
+from tests.synthetic import TP, Pipeline, group, snapshot
+
+
+class HostClock:
+    def __init__(self) -> None:
+        self.wall, self.mono = 1_700_000_000.0, 1000.0
+
+    def advance(self, s: float) -> None:
+        self.wall += s
+        self.mono += s
+
+
+def test_a_step_back_is_slewed_out_and_a_step_forward_followed(caplog: pytest.LogCaptureFixture) -> None:
+    host = HostClock()
+    clock = SteadyClock(lambda: host.wall, lambda: host.mono)
+    readings = [clock()]
+    for _ in range(10):
+        host.advance(30)
+        readings.append(clock())
+    assert readings[-1] == host.wall and clock.ahead_s == 0 and clock.steps_back == 0
+    with caplog.at_level(logging.WARNING, "lagwatch.clock"):
+        host.wall -= 3600  # stepped back an hour
+        before = readings[-1]
+        for _ in range(1000):
+            host.advance(30)
+            readings.append(clock())
+    assert all(b > a for a, b in itertools.pairwise(readings))  # never back, never still
+    assert readings[11] == pytest.approx(before + 30 * (1 - SLEW))  # 90 % of the real rate meanwhile
+    assert clock.steps_back == 1 and len(caplog.records) == 1  # one step, one line
+    assert caplog.records[0].seconds_behind == pytest.approx(3600 - 30 * SLEW)  # type: ignore[attr-defined]
+    # An hour's step is caught up in ten hours: after 1000 polls of 30 s (8.3 h) not yet, then it follows the host
+    assert 0 < clock.ahead_s < 3600
+    for _ in range(300):
+        host.advance(30)
+        last = clock()
+    assert last == host.wall and clock.ahead_s == 0
+    host.wall += 600  # stepped forward: followed at once
+    assert clock() == host.wall
+    clock.not_before(host.wall + 50)  # a saved state newer than the host's clock (set back while lagwatch was down)
+    host.advance(1)
+    assert clock() == pytest.approx(host.wall + 49 + 1 * (1 - SLEW))
+    assert clock.steps_back == 2
+
+
+def test_a_poll_dated_before_the_last_changes_nothing_and_loses_no_notification() -> None:
+    """The pure step's own guard (a lake replayed, a clock not lagwatch's): a host clock stepped back an hour
+    resolved every firing alert without a notification, and a consumer that went down after it paged 50 minutes
+    late. A poll dated before the last is not folded in; the alerts stay as they are."""
+    p = Pipeline()
+    down = lambda: group("down", committed={TP: 10}, state="Empty", members=0)  # noqa: E731
+    for i in range(20):
+        p.step(snapshot(i * 30.0, [down()], {TP: 100 * (i + 1)}))
+    firing = {a.key for a in p.book.alerts.values() if a.state == "firing"}
+    assert firing and p.sent
+    told = len(p.sent)
+    evaluation = p.step(snapshot(600.0 - 3600, [down()], {TP: 2100}))
+    assert evaluation.findings == () and evaluation.frozen_groups is None
+    assert {a.key for a in p.book.alerts.values() if a.state == "firing"} == firing and len(p.sent) == told
+
+
+def test_polls_dated_by_the_steady_clock_keep_paging_across_a_step_back() -> None:
+    """The same hour's step back with the daemon's clock dating the polls: the firing alerts stay up, nothing is
+    resolved, and a consumer that stops five minutes after the step pages as it would have without it."""
+    host = HostClock()
+    clock = SteadyClock(lambda: host.wall, lambda: host.mono)
+    pay = TopicPartition("pay", 0)
+    p = Pipeline()
+    later_committed = 0
+    first_firing: dict[str, float] = {}
+    for i in range(80):
+        if i == 20:
+            host.wall -= 3600
+        end = 100 * (i + 1)
+        later_committed = end if i < 30 else later_committed
+        groups = [
+            group("down", committed={TP: 10}, state="Empty", members=0),
+            group(
+                "later",
+                committed={pay: later_committed},
+                subscribed=("pay",),
+                state="Stable" if i < 30 else "Empty",
+                members=1 if i < 30 else 0,
+                kind=GroupKind.CLASSIC,
+            ),
+        ]
+        now = clock()
+        p.step(snapshot(now, groups, {TP: end, pay: end}))
+        for n in p.sent:
+            for a in n.alerts:
+                first_firing.setdefault(f"{a['group']}:{a['rule']}:{a['state']}", i)
+        host.advance(30)
+    assert not any(key.endswith(":resolved") for key in first_firing), first_firing
+    # 'later' went Empty at poll 30: stopped pages after its 2-minute window (plus a poll or two of the slew)
+    assert first_firing["later:stopped:firing"] - 30 <= 6, first_firing
