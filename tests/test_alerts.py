@@ -114,6 +114,28 @@ def test_a_silence_on_an_announced_alert_keeps_its_message_and_still_tells_its_e
     assert step(again, [finding()], 0) == [] and step(again, [finding()], 1000) == ["firing"]
 
 
+def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_silence_ends() -> None:
+    """A notification sent while an alert is silenced shows only the live ones: the silenced alert leaves the
+    receiver's view with it. When its silence ends and it still fires, it is news: an update of the message (it was
+    dropped from it), or a new incident once the message said "resolved"."""
+    from lagwatch.alerts.book import Silence
+
+    stalled = finding("stalled", severity="critical")
+    b = book(group_wait_s=0)
+    assert step(b, [stalled, finding()], 0) == ["firing"]
+    b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
+    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900), b.due(900))[1]
+    assert [n.kind for n in notes] == ["update"] and [a["rule"] for a in notes[0].alerts] == ["lag"]
+    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 3600), b.due(3600))[1]
+    assert [n.kind for n in notes] == ["update"] and sorted(a["rule"] for a in notes[0].alerts) == ["lag", "stalled"]
+
+    again = book(group_wait_s=0)
+    assert step(again, [stalled, finding()], 0) == ["firing"]
+    again.silences.append(Silence("s2", {"rule": "stalled"}, ends_at=3600, created_by="api"))
+    assert step(again, [stalled], 900) == ["resolved"]  # lag ended: the message says the group resolved
+    assert step(again, [stalled], 3600) == ["firing"]  # still firing when the silence ends: a new incident
+
+
 def test_restart_from_saved_state_sends_no_duplicate(tmp_path: Path) -> None:
     from lagwatch.notify import Outbox
     from lagwatch.state.db import StateDatabase

@@ -370,40 +370,73 @@ def _sink_polls(
 
 def test_a_sink_that_commits_every_six_minutes_is_not_stalled_and_its_real_stall_still_pages() -> None:
     """Under the 5-minute default window, a healthy sink that flushes every 6 minutes paged `stalled` critical
-    every 6 minutes (and resolved a poll later). The group's own commit interval is learnt from the polls:
-    `stalled` waits twice that, and a real stall still pages, 12 minutes after the sink's last commit."""
-    p = Pipeline()  # default rules: stalled window 5 minutes
+    every 6 minutes (and resolved a poll later). A partition's own commit cadence is learnt from the polls:
+    `stalled` waits twice that, and a real stall still pages, 11 minutes after the sink's last commit."""
+    p = Pipeline({"lag": {"enabled": False}})  # default stalled: window 5 minutes
     _sink_polls(p, 0, 240)  # two hours
     assert p.sent == []
-    assert p.history.groups["sink"].commit_interval == 360.0
+    progress = p.history.groups["sink"].partitions[TP]
+    assert progress.commit_cadence == 330.0  # records wait from the poll after a flush to the next: 11 polls
     _sink_polls(p, 240, 300, stop_at=7200.0)
-    firing = [n for n in p.sent if n.kind != "resolved" and any(a["rule"] == "stalled" for a in n.alerts)]
-    assert firing and all(n.kind != "resolved" for n in p.sent)
-    fired_at = min(n.created_at for n in firing)
-    assert 7200 + 720 <= fired_at <= 7200 + 720 + 30, fired_at
+    fired = [n.created_at for n in p.sent if any(a["rule"] == "stalled" and a["state"] == "firing" for a in n.alerts)]
+    assert fired and all(n.kind != "resolved" for n in p.sent)
+    assert 7200 + 660 <= fired[0] <= 7200 + 660 + 30, fired
     alert = next(a for a in p.book.alerts.values() if a.rule == "stalled")
-    assert alert.details["commit_interval_s"] == 360.0 and "commits about every 6m" in alert.summary
+    assert alert.details["commit_cadence_s"] == 330.0 and "commits about every 5m" in alert.summary
 
 
-def test_the_commit_interval_is_learnt_only_from_waits_with_records_waiting_and_without_blind_spells() -> None:
-    """A consumer that commits as soon as a record comes, on a topic with a record every 20 minutes, is caught up
-    at polls: the time between records is not its cadence (it would have hidden a real stall for 40 minutes). A
-    wait across lagwatch's own downtime is not one either. Past its first hour, such a group's stall pages at the
-    rule's window, and the cadence is kept by a history save."""
+def test_the_cadence_is_each_partitions_and_counts_only_time_with_records_waiting() -> None:
+    """Learnt per partition, from the time records waited, within unbroken observation:
+    - a consumer of an hourly batch, which it drains within a poll, learns a cadence of one poll, not an hour
+      (counting the hour since its last commit hid its hang for an hour); its stall pages at the window;
+    - a group over a busy topic committed at every poll and a quiet one flushed every 6 minutes learns the quiet
+      topic's cadence for the quiet topic (one cadence per group paged the quiet one every 6 minutes);
+    - a wait across lagwatch's own downtime counts for nothing, and the waits are kept by a history save."""
     p = Pipeline()
     end = committed = 0
-    for i in range(300):
-        if i % 40 == 0:
-            end += 1
-        committed = end if i < 250 else committed  # stuck from poll 250 on, members still there
-        p.step(snapshot(i * 30.0, [group("prompt", committed={TP: committed})], {TP: end}))
-    assert p.history.groups["prompt"].commit_gaps == ()
+    for i in range(640):  # a batch of 100 records every hour, drained by the next poll; hung from poll 500
+        if i % 120 == 0:
+            end += 100
+        if i < 500 and i % 120 == 1:
+            committed = end
+        p.step(snapshot(i * 30.0, [group("batch", committed={TP: committed})], {TP: end}))
+    assert set(p.history.groups["batch"].partitions[TP].waits) == {30.0}
     fired = [n.created_at for n in p.sent if any(a["rule"] == "stalled" and a["state"] == "firing" for a in n.alerts)]
-    assert fired and fired[0] == 280 * 30.0 + 300  # the record of poll 280 waited the window: 5 minutes
+    assert fired and fired[0] == 600 * 30.0 + 300  # the batch of poll 600 waited the window: 5 minutes
+
+    busy, quiet = TopicPartition("busy", 0), TopicPartition("quiet", 0)
+    mixed = Pipeline({"lag": {"enabled": False}})
+    for i in range(480):  # four hours
+        t = i * 30.0
+        flushed = int(10 * (t - t % 360))
+        groups = [group("connect", committed={busy: int(100 * t), quiet: flushed}, subscribed=("busy", "quiet"))]
+        mixed.step(snapshot(t, groups, {busy: int(100 * t) + 50, quiet: int(10 * t)}))
+    assert [n for n in mixed.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    partitions = mixed.history.groups["connect"].partitions
+    assert partitions[busy].commit_cadence is None and partitions[quiet].commit_cadence == 330.0
 
     sink = Pipeline()
     _sink_polls(sink, 0, 120, blind=(30, 50))  # down for 10 minutes within the first hour
-    gaps = sink.history.groups["sink"].commit_gaps
-    assert gaps and set(gaps) == {360.0}, gaps  # the wait across the blind spell (up to 16 minutes) is not in it
+    waits = sink.history.groups["sink"].partitions[TP].waits
+    assert waits and set(waits) == {330.0}, waits  # the wait across the blind spell is not in it
     loaded = ClusterHistory.from_json(json.loads(json.dumps(sink.history.to_json())))
-    assert loaded.groups["sink"].commit_gaps == gaps
+    assert loaded.groups["sink"].partitions[TP].waits == waits
+
+
+def test_a_stall_of_one_staggered_partition_resolves_when_it_commits_again() -> None:
+    """Twelve partitions flushed every 6 minutes, one after another; partition 0 hangs for 30 minutes. Its stall
+    pages 11 minutes after its last flush and resolves at its first flush after, however the healthy partitions
+    beside it stand in their own waits (a hold on the topic for any of them kept it firing for hours)."""
+    tps = [TopicPartition("orders", k) for k in range(12)]
+    p = Pipeline({"lag": {"enabled": False}, "falling_behind": {"enabled": False}})
+    hang, back = 7200.0, 9000.0
+    for i in range(400):
+        t = i * 30.0
+        committed = {}
+        for k, tp in enumerate(tps):
+            at = min(t, hang) if k == 0 and t < back else t
+            committed[tp] = int(10 * (at - (at - k * 30) % 360)) if at >= k * 30 else 0
+        p.step(snapshot(t, [group(committed=committed)], dict.fromkeys(tps, int(10 * t))))
+    told = [(n.kind, n.created_at) for n in p.sent]
+    assert [kind for kind, _ in told] == ["firing", "resolved"], told
+    assert hang <= told[0][1] - 660 <= hang + 360 and told[1][1] == back

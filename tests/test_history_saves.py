@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lagwatch.clock import SteadyClock
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import ClusterSnapshot, TopicPartition
@@ -32,13 +34,14 @@ class Polls:
         pass
 
 
-def _daemon(state: Path) -> Daemon:
+def _daemon(state: Path, clock: Callable[[], float] | None = None) -> Daemon:
     cfg = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=30)
     polls = Polls()
     return Daemon(
         load_settings(state_dir=state, http={"enabled": False}, history_save_interval_s=3600),
         clusters={"a": cfg},
         notifiers={},
+        clock=clock,
         poller_factory=lambda name, _: polls,
         reader_factory=None,
     )
@@ -81,3 +84,25 @@ def test_a_restart_says_how_much_history_it_loaded(tmp_path: Path, caplog: pytes
     )
     assert again.clusters["a"].history.polls == 3
     again.store.close()
+
+
+def test_a_restart_under_a_host_clock_set_back_still_dates_after_the_saved_polls(tmp_path: Path) -> None:
+    """The host clock set back 200 s while lagwatch was down: its clock starts after the last saved poll (the pure
+    step would hold every poll dated before it), says so in a metric, and goes forward from there."""
+    daemon = _daemon(tmp_path)
+    for _ in range(3):
+        daemon.poll_cluster("a")
+    daemon.stop()
+    last = daemon.clusters["a"].history.last_ok_poll
+    assert last is not None
+    offset = time.time() - (last - 200)  # the host's clock now reads 200 s before the last saved poll
+    clock = SteadyClock(lambda: time.time() - offset, time.monotonic)
+    again = _daemon(tmp_path, clock)
+    assert again.clock is clock and last < clock() < clock()
+    assert clock.steps_back == 1 and 199 < clock.ahead_s <= 200.1
+    again.render_metrics()
+    body = again.metrics_body().decode()
+    assert "\nlagwatch_clock_steps_back_total 1\n" in body
+    (ahead,) = [line.split()[1] for line in body.splitlines() if line.startswith("lagwatch_clock_ahead_seconds ")]
+    assert 195 < float(ahead) <= 200.1
+    again.stop()

@@ -147,6 +147,7 @@ def test_metrics_carry_the_lag_and_no_secrets(served: tuple[Daemon, str, str]) -
                 "lagwatch_internal_",
                 "lagwatch_http_",
                 "lagwatch_state_",
+                "lagwatch_clock_",
             )
         )
     )

@@ -350,9 +350,10 @@ class AlertBook:
                 if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, inhibitors)
             ]
             live_keys = {a.key for a in live}
-            # Firing but silenced: a receiver told of one keeps it (no news while the silence lasts), so that its
-            # end is still told, and an alert still firing when the silence expires goes on in the message the
-            # receiver has (forgotten, it came back as a new incident in a new Slack message, the old one red).
+            # Firing but silenced: a receiver told of one keeps it while nothing is sent (no news while the silence
+            # lasts), so that its end is still told, and an alert still firing when the silence expires goes on in
+            # the message the receiver has (forgotten, it came back as a new incident in a new Slack message, the
+            # old one left red).
             muted = (
                 {a.key for a in alerts if a.state == "firing" and a.key not in live_keys and self.silenced(a, now)}
                 if len(live) < len(alerts) and self.silences
@@ -382,12 +383,13 @@ class AlertBook:
                     cluster = next((a.cluster for a in firing), group.labels.get("cluster", ""))
                     starting.setdefault((r, cluster), []).append((group, firing))
                     continue
-                kept = {**{k: told[k] for k in muted if k in told}, **current} if muted else current
                 if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
-                    self._record(group, r, kept, now)
+                    self._record(group, r, current, now)
                     continue
+                # A notification shows what is live: muted alerts leave the receiver's view with it (when their
+                # silence ends, they are news again: an update, or a new incident after a "resolved").
                 out.append(self._notify(group, r, kind, firing, left, now))
-                self._record(group, r, kept, now)
+                self._record(group, r, current, now)
         for (r, cluster), firsts in starting.items():
             storm = self.storms.get(f"storm|{r}|{cluster}")
             if storm is not None or len(firsts) > self.config.storm_threshold:

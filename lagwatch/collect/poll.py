@@ -94,6 +94,9 @@ class ClusterPoller:
                 self._admin = open_admin(self.name, self.config)
             wire = Wire(self._admin, int(self.config.request_timeout_s * 1000))
             groups, partitions, record_times, missing = self._collect(wire)
+            ahead = getattr(self._clock, "ahead_s", 0.0)  # the broker dates records by the world's clock
+            if ahead and record_times:
+                record_times = {key: at + ahead for key, at in record_times.items()}
             brokers = self._broker_settings(wire, started)
             return ClusterSnapshot(
                 cluster=self.name,

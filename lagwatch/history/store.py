@@ -40,8 +40,8 @@ _NO_ENDS: array[int] = array("q")
 MAX_SAMPLES = 64  # polls of samples kept unless the daemon sizes them to its rules (polls_to_keep)
 MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
-COMMIT_GAPS_KEPT = 8  # a group's latest waits between commits with records waiting: its commit cadence
-COMMIT_GAPS_NEEDED = 3  # fewer, and the cadence is not known yet
+COMMIT_WAITS_KEPT = 5  # a partition's latest waits for a commit with records waiting: its commit cadence
+COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -86,6 +86,21 @@ class PartitionProgress:
 
     committed: PollRing = field(default_factory=PollRing)
     last_commit_change: Clock | None = None
+    # How long records waited for this partition's commit, the last few times it took longer than a poll (a sink
+    # that flushes every 6 minutes): seconds from the first poll that saw records waiting to the poll that saw the
+    # commit, within unbroken observation. Empty for a consumer that commits at every poll or as soon as a record
+    # comes (mostly): `stalled` then waits its window; else more than twice their median (commit_cadence).
+    waits: tuple[float, ...] = ()
+
+    @property
+    def commit_cadence(self) -> float | None:
+        """The median of the latest waits (None: too few seen yet)."""
+        waits = self.waits
+        if len(waits) < COMMIT_WAITS_NEEDED:
+            return None
+        ordered = sorted(waits)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
     @property
     def last_committed(self) -> int | None:
@@ -107,20 +122,6 @@ class GroupTrack:
     gone_since: float | None = None
     evidence_since: float | None = None  # start of the unbroken stretch in which this group was read every poll
     unreadable: bool = False  # the last poll could not read this group: the next one starts fresh evidence
-    # How long the group's commits keep records waiting when it is healthy (a sink that flushes every 6 minutes):
-    # the latest waits, in seconds, from a partition's commit to its next while records were waiting before it,
-    # within unbroken observation (one a poll). `stalled` waits for longer than that before it pages.
-    commit_gaps: tuple[float, ...] = ()
-
-    @property
-    def commit_interval(self) -> float | None:
-        """The median of the latest waits between commits (None: too few seen yet)."""
-        gaps = self.commit_gaps
-        if len(gaps) < COMMIT_GAPS_NEEDED:
-            return None
-        ordered = sorted(gaps)
-        middle = len(ordered) // 2
-        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 @dataclass
@@ -508,8 +509,10 @@ class ClusterHistory:
         partitions = track.partitions
         # Offsets committed at the last sample and not now: vanished (read before this poll's samples go in).
         dropped = [(tp, p.last_committed) for tp, p in partitions.items() if tp not in committed_now]
-        gap_taken = False  # at most one commit gap a poll: one lookup per group for a consumer that commits often
-        evidence = self.evidence_start(group.group_id)
+        # A commit last seen before the previous poll ended a wait of more than a poll: only then is it looked at
+        # (a consumer that commits all the time costs one comparison a partition).
+        times = self.poll_times
+        previous_poll_t = times[-2] if len(times) > 1 else math.inf
         for tp in {*committed_now, *assigned} if assigned else committed_now:
             committed = committed_now.get(tp)
             offset = committed.offset if committed is not None else None
@@ -522,8 +525,9 @@ class ClusterHistory:
                 if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
-                    if not gap_taken:
-                        gap_taken = self._commit_gap(track, progress, tp, poll, previous, now, evidence)
+                    last = progress.last_commit_change
+                    if last is not None and last.since < previous_poll_t and last.observed:
+                        self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -549,33 +553,41 @@ class ClusterHistory:
                 if tp not in assigned:
                     del track.partitions[tp]
 
-    def _commit_gap(
+    def _commit_wait(
         self,
-        track: GroupTrack,
+        group_id: str,
         progress: PartitionProgress,
         tp: TopicPartition,
         poll: int,
         previous: int,
         now: float,
-        evidence: float | None,
-    ) -> bool:
-        """Records the wait that ends with this commit of `tp` (its offset moved at this poll) in the group's
-        commit gaps, when it says how the group commits: its last commit was seen to happen, within unbroken
-        observation, and records were waiting at the previous poll. A consumer that commits as soon as a record
-        comes is caught up at polls: the time between records is not a cadence, and is not recorded."""
-        last = progress.last_commit_change
-        # Not a commit seen at the first poll after a blind spell: it happened somewhere within the spell.
-        if last is None or not last.observed or evidence is None or last.since <= evidence:
-            return False
-        ring = progress.committed
-        if ring.first + len(ring.values) != poll:  # not sampled at the previous poll
-            return False
-        ends = self.log_ends.get(tp)
-        index = poll - 1 - ends.first if ends is not None else -1
-        if ends is None or not 0 <= index < len(ends.values) or ends.values[index] <= previous:
-            return False  # nothing was waiting (or the log end was not read) at the previous poll
-        track.commit_gaps = (*track.commit_gaps[1 - COMMIT_GAPS_KEPT :], now - last.since)
-        return True
+        last_change: float,
+    ) -> None:
+        """The commit of `tp` seen at this poll ended a wait of more than a poll: if records were waiting at the
+        poll before it, the wait is how long they had been waiting (from the first poll of the unbroken run of
+        polls that saw them, back to the last commit), and goes into the partition's waits. A consumer that commits
+        as soon as a record comes is caught up at polls (the time between records is no cadence), and a commit
+        seen first after a blind spell is no measure: neither is recorded."""
+        evidence = self.evidence_start(group_id)
+        if evidence is None or last_change <= evidence:
+            return
+        ring, ends = progress.committed, self.log_ends.get(tp)
+        if ends is None:
+            return
+        times, t0 = self.poll_times, self.poll_times_first
+        waiting_since: float | None = None
+        at = poll - 1
+        while at >= t0:
+            i, j = at - ring.first, at - ends.first
+            if i < 0 or j < 0 or i >= len(ring.values) or j >= len(ends.values):
+                break
+            t = times[at - t0]
+            if t <= last_change or ring.values[i] != previous or ends.values[j] <= previous:
+                break  # the last commit's poll, another offset, a gap, or nothing waiting: the run starts after it
+            waiting_since = t
+            at -= 1
+        if waiting_since is not None:
+            progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - waiting_since)
 
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
         """Offsets of a deleted topic vanish with it: a deletion, not an expiry."""
@@ -845,8 +857,9 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "unreadable": t.unreadable,
         "empty_since": _clock_json(t.empty_since),
         "gone_since": t.gone_since,
-        "commit_gaps": list(t.commit_gaps),
         "partitions": topics,
+        # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
+        "commit_waits": [[tp.topic, tp.partition, list(p.waits)] for tp, p in t.partitions.items() if p.waits],
         "rewinds": [[tp.topic, tp.partition, *r] for tp, r in t.rewinds.items()],
         "vanished": None
         if t.vanished is None
@@ -870,8 +883,6 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
         gone_since=raw.get("gone_since"),
         evidence_since=raw.get("evidence_since"),
         unreadable=bool(raw.get("unreadable", False)),
-        # Optional (older saves have none): read as numbers, at most the kept count.
-        commit_gaps=tuple(float(g) for g in raw.get("commit_gaps", ())[-COMMIT_GAPS_KEPT:]),
     )
     if columns is not None:
         for topic, count in raw["partitions"]:
@@ -880,6 +891,10 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
                 track.partitions[tp] = progress
     for topic, partition, at, old, new in raw.get("rewinds", []):
         track.rewinds[TopicPartition(topic, partition)] = (at, old, new)
+    for topic, partition, waits in raw.get("commit_waits", []):  # optional: saves before it have none
+        learnt = track.partitions.get(TopicPartition(topic, partition))
+        if learnt is not None:
+            learnt.waits = tuple(float(w) for w in waits)[-COMMIT_WAITS_KEPT:]
     vanished = raw.get("vanished")
     if vanished:
         offsets = {TopicPartition(t, p): o for t, p, o in vanished["offsets"]}

@@ -33,6 +33,7 @@ from slack_sdk.http_retry.builtin_handlers import (
 from slack_sdk.webhook import WebhookClient
 
 from lagwatch.alerts import Notification
+from lagwatch.clock import MAX_SLEW_S
 from lagwatch.notify import render
 from lagwatch.notify.base import DeliveryError, PermanentError, RetryableError, http_status_error
 from lagwatch.notify.settings import SlackConfig, SlackWebhookConfig
@@ -139,7 +140,9 @@ class SlackNotifier:
                 with self._paced(channel):
                     page = self.client.conversations_history(
                         channel=channel,
-                        oldest=f"{since - 5:.6f}",
+                        # A margin for lagwatch's clock, which runs up to MAX_SLEW_S ahead after a host clock
+                        # step back (`since` may be a notification's time, in lagwatch's clock, after a restart).
+                        oldest=f"{since - 5 - MAX_SLEW_S:.6f}",
                         include_all_metadata=True,
                         limit=LOOKUP_PAGE_SIZE,
                         cursor=cursor,  # None on the first page: slack-sdk leaves it out

@@ -40,27 +40,28 @@ def _between_generations(ctx: GroupContext) -> bool:
     return not ctx.group.members and ctx.group.state in REBALANCING
 
 
-# Before a group's commit cadence is known, and for this long after lagwatch first saw it, `stalled` waits twice
-# its window: a sink that commits every 6 minutes is not paged under a 5-minute window while its cadence is learnt.
+# Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
+# twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
 LEARNING_S = 3600.0
 
 
-def stall_window(ctx: GroupContext, window: float, learn: bool) -> float:
+def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, learn: bool) -> float:
     """How long a partition must go without a commit while records wait before `stalled` pages it: the rule's
-    window, or twice the group's own commit interval where that is longer (a healthy sink that flushes every few
-    minutes keeps records waiting that long at every flush)."""
+    window, or twice the partition's own commit cadence where that is longer (a healthy sink that flushes every
+    few minutes keeps records waiting that long at every flush)."""
     if not learn or ctx.track is None:
         return window
-    interval = ctx.track.commit_interval
-    if interval is not None:
-        return max(window, 2 * interval)
+    cadence = progress.commit_cadence
+    if cadence is not None:
+        return max(window, 2 * cadence)
     return 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else window
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
     """Members are there, and a partition had records to consume at every poll of the window while its committed
-    offset did not move. Quiet time with nothing to consume is not a stall. The wait must also exceed the group's
-    own cadence (stall_window): the window is checked on the kept polls, the wait on the partition's last commit."""
+    offset did not move. Quiet time with nothing to consume is not a stall. The time since its last commit must
+    also pass the partition's own cadence (stall_wait): the window is checked on the kept polls, the wait on the
+    partition's last commit."""
     if ctx.track is None:
         return
     if _between_generations(ctx):
@@ -69,7 +70,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     if not _has_members(ctx):
         return
-    by_topic: dict[str, list[int]] = {}
+    by_topic: dict[str, list[tuple[int, float, float | None]]] = {}  # partition, the wait it passed, its cadence
     history = ctx.history
     for tp, progress in ctx.track.partitions.items():
         rules, _ = ctx.rules(tp.topic)
@@ -96,26 +97,28 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
                 _stalled_partition(ctx, tp, progress, window, rules.stalled.learn_commit_interval, by_topic)
             elif all(lag is None or lag > 0 for lag in lags):  # a poll without the log end: it cannot tell
                 ctx.hold("stalled", tp.topic)
-    interval = ctx.track.commit_interval
-    for topic, parts in sorted(by_topic.items()):
+    for topic, stalled_parts in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
-        waited = stall_window(ctx, rules.stalled.window_s, rules.stalled.learn_commit_interval)
-        cadence = (
+        parts = sorted(p for p, _, _ in stalled_parts)
+        waited = max(w for _, w, _ in stalled_parts)
+        cadences = [c for _, _, c in stalled_parts if c is not None]
+        cadence = max(cadences) if cadences else None
+        said = (
             ""
-            if waited <= rules.stalled.window_s or interval is None
-            else f" (it commits about every {duration(interval)})"
+            if cadence is None or waited <= rules.stalled.window_s
+            else f" (it commits about every {duration(cadence)})"
         )
         yield ctx.finding(
             "stalled",
             rules.stalled.severity,
-            f"{ctx.group.group_id} has members but committed nothing on {partitions([(topic, p) for p in sorted(parts)])} "
-            f"for {duration(waited)} although records were waiting the whole time{cadence}",
+            f"{ctx.group.group_id} has members but committed nothing on {partitions([(topic, p) for p in parts])} "
+            f"for {duration(waited)} although records were waiting the whole time{said}",
             topic=topic,
             details={
-                "partitions": sorted(parts),
+                "partitions": parts,
                 "window_s": rules.stalled.window_s,
                 "waited_s": waited,
-                "commit_interval_s": interval,
+                "commit_cadence_s": cadence,
             },
             for_s=rules.stalled.for_s,
             runbook_url=rules.stalled.runbook_url,
@@ -128,17 +131,14 @@ def _stalled_partition(
     progress: PartitionProgress,
     window: float,
     learn: bool,
-    by_topic: dict[str, list[int]],
+    by_topic: dict[str, list[tuple[int, float, float | None]]],
 ) -> None:
-    """`tp` had records waiting and no commit over the whole window: stalled if its wait since its last commit is
-    past stall_window too. Otherwise an alert already up stays as it is (the cadence learnt meanwhile must not
-    resolve a stall it fired for, and page it again later)."""
+    """`tp` had records waiting and no commit over the whole window: stalled if the time since its last commit
+    passed stall_wait too (a wait it knows only from its own commits, which do not change while it stalls)."""
     last = progress.last_commit_change
-    waited = ctx.now - last.since if last is not None else 0.0
-    if waited >= stall_window(ctx, window, learn):
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    else:
-        ctx.hold("stalled", tp.topic)
+    wait = stall_wait(ctx, progress, window, learn)
+    if last is not None and ctx.now - last.since >= wait:
+        by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.commit_cadence))
 
 
 def stopped(ctx: GroupContext) -> Iterator[Finding]:
