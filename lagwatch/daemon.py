@@ -68,6 +68,9 @@ class Daemon:
         self.store = StateStore(settings.state_dir).open()
         self.resolver = RuleResolver(settings.rules)
         self.book_lock = threading.RLock()
+        # Set first thing at a stop: a poll or tick that comes back after it takes nothing further (the last save
+        # is under way or done, and the state database closed: a poll that returned then raised on it).
+        self._stopping = threading.Event()
         self.state_failures = 0  # saves the disk refused
         self.state_owed = False  # the last save failed: memory is ahead of the disk
         # Compresses and writes the histories off the poll threads (zlib and SQLite let go of the GIL meanwhile).
@@ -256,8 +259,9 @@ class Daemon:
         recording = self.settings.lake.enabled
 
         def sink(records: Sequence[Record], caught_up: bool) -> None:
+            lead = self.clock.ahead_s if isinstance(self.clock, SteadyClock) else 0.0
             with runtime.lock:  # between two polls of the cluster, never during one
-                runtime.history.observe_records(records, caught_up)
+                runtime.history.observe_records(records, caught_up, lead)
                 if recording:  # the lake records them with the next poll: the replay's step gets them alike
                     runtime.lake_records.extend(records)
                     runtime.lake_records_caught_up = runtime.lake_records_caught_up or caught_up
@@ -265,12 +269,17 @@ class Daemon:
         return sink
 
     def poll_cluster(self, name: str) -> None:
-        with gc_policy.paused():  # what a poll leaves is frozen after it: collections within it found nothing
-            self._poll_cluster(name)
+        runtime = self.clusters[name]
+        # `polling` is held for the whole poll and step: a stop waits for it (up to its grace).
+        with runtime.polling, gc_policy.paused():  # what a poll leaves is frozen after it
+            if not self._stopping.is_set():
+                self._poll_cluster(name)
 
     def _poll_cluster(self, name: str) -> None:
         runtime = self.clusters[name]
         snapshot = runtime.poller.poll()
+        if self._stopping.is_set():
+            return  # a stop began while it ran: not taken (the stop saves what was before it)
         with runtime.lock:
             records, caught_up = runtime.take_lake_records()
             # The last evaluation is let go before the next is built: at 100k group-partitions, holding both
@@ -286,7 +295,8 @@ class Daemon:
         with self.book_lock:
             if self.lake is not None:  # before _flush: the transitions this step made, then notifications
                 self.lake.record_transitions(snapshot, evaluation, self.book)
-            self._flush(self.clock())
+            if not self._stopping.is_set():  # else the stop's own last save keeps what this step changed
+                self._flush(self.clock())
         findings = len(evaluation.findings)
         runtime.polls += 1
         if snapshot.ok:
@@ -383,7 +393,8 @@ class Daemon:
     def tick(self) -> None:
         """Sends notifications that came due without a poll (group_wait, group_interval, repeat_interval)."""
         with self.book_lock:
-            self._flush(self.clock())
+            if not self._stopping.is_set():
+                self._flush(self.clock())
 
     def _flush(self, now: float) -> None:
         # The dispatcher takes deliveries under the outbox's lock: holding it until the state is on disk means a
@@ -439,14 +450,15 @@ class Daemon:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stops polling, waits up to `grace_s` for polls under way, then saves everything."""
+        self._stopping.set()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if self.http is not None:
             self.http.stop()
         deadline = time.monotonic() + grace_s
         for runtime in self.clusters.values():
-            if runtime.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                runtime.lock.release()
+            if runtime.polling.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                runtime.polling.release()
         self.dispatcher.stop(timeout=max(0.5, deadline - time.monotonic()))
         for runtime in self.clusters.values():
             if runtime.offsets_reader is not None:

@@ -24,6 +24,7 @@ class ClusterRuntime:
     poller: Any  # ClusterPoller, or anything with poll() -> ClusterSnapshot and close()
     history: ClusterHistory
     lock: threading.Lock = field(default_factory=threading.Lock)
+    polling: threading.Lock = field(default_factory=threading.Lock)  # held by a poll and its step (Daemon.stop)
     latest: ClusterSnapshot | None = None
     evaluation: Evaluation | None = None
     last_success: float | None = None

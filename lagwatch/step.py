@@ -42,7 +42,9 @@ class ClusterPipeline:
             # Dated at or before a poll already folded in: the clock it was dated by went back. The history keeps
             # time in order, so it cannot take it; the alerts stay exactly as they are (resolving them on a poll
             # the history ignored resolved every firing alert without a word). The daemon's clock never goes back
-            # (lagwatch.clock); a replay of such a lake meets this too.
+            # (lagwatch.clock) but for a step larger than it absorbs; a replay of such a lake meets this too. What
+            # happens meanwhile is not seen: a blind spell, after which window rules need fresh evidence.
+            self.history.blind = True
             return Evaluation(self.cluster, snapshot.taken_at, (), frozen_groups=None)
         resumed = self.history.observe(snapshot)
         with self.book_lock:

@@ -72,6 +72,27 @@ def test_a_poll_dated_before_the_last_changes_nothing_and_loses_no_notification(
     evaluation = p.step(snapshot(600.0 - 3600, [down()], {TP: 2100}))
     assert evaluation.findings == () and evaluation.frozen_groups is None
     assert {a.key for a in p.book.alerts.values() if a.state == "firing"} == firing and len(p.sent) == told
+    # What happened while polls were held was not seen: a blind spell, after which evidence starts afresh
+    p.step(snapshot(600.0, [down()], {TP: 2200}))
+    assert p.history.evidence_since == 600.0
+
+
+def test_exact_clocks_read_while_lagwatch_runs_ahead_are_moved_by_its_lead() -> None:
+    """The brokers date `__consumer_offsets` records by the world's clock. While lagwatch's runs 250 s ahead after
+    a step back, a healthy group's 40-s rolling restart (Empty written by the coordinator) looked Empty for 4
+    minutes: `stopped` paged critical. Moved by the lead, it is Empty for the 40 s it was."""
+    from lagwatch.offsets_topic import GroupMetadata
+
+    p = Pipeline()
+    lead = 250.0
+    for i in range(10):
+        p.step(snapshot(lead + i * 30.0, [group(committed={TP: 100 * i})], {TP: 100 * i + 500}))
+    world = 300.0  # the coordinator writes the group Empty at world time 300 (lagwatch's 550)
+    p.history.observe_records([GroupMetadata("g", "consumer", 7, "range", None, int(world * 1000), (), 3)], True, lead)
+    assert p.history.empty_clock("g").since == world + lead  # type: ignore[union-attr]
+    for i in range(10, 12):  # Empty at two polls, 40 s after the write: within the stopped window
+        evaluation = p.step(snapshot(lead + i * 30.0, [group(state="Empty", members=0)], {TP: 100 * i + 500}))
+    assert "stopped" not in {f.rule for f in evaluation.findings}
 
 
 @pytest.mark.parametrize("step_back", [200.0, 3600.0])

@@ -440,3 +440,33 @@ def test_a_stall_of_one_staggered_partition_resolves_when_it_commits_again() -> 
     told = [(n.kind, n.created_at) for n in p.sent]
     assert [kind for kind, _ in told] == ["firing", "resolved"], told
     assert hang <= told[0][1] - 660 <= hang + 360 and told[1][1] == back
+
+
+def test_hangs_of_a_consumer_that_commits_at_every_poll_are_not_learnt_and_page_at_the_window_each_time() -> None:
+    """A consumer that commits at every poll hangs for 40 minutes three times: each hang was learnt as its cadence,
+    and the fourth paged after 20 minutes, not 5. A wait is learnt only after a commit that itself ended a wait
+    longer than a poll: a sink's, not a busy consumer's hang. A poll that did not read the log end in a sink's
+    wait is bridged (taken as the end of the run, it cut an 8-minute wait to 30 s: a page every cycle)."""
+    p = Pipeline({"lag": {"enabled": False}, "falling_behind": {"enabled": False}})
+    committed, paged_after = 0, []
+    for i in range(4 * 360):
+        t = i * 30.0
+        hung = any(h <= t < h + 2400 for h in (7200, 18000, 28800, 39600))
+        committed = committed if hung else int(100 * t)
+        before = len(p.sent)
+        p.step(snapshot(t, [group("busy", committed={TP: committed})], {TP: int(100 * t) + 50}))
+        if any(a["rule"] == "stalled" and a["state"] == "firing" for n in p.sent[before:] for a in n.alerts):
+            paged_after.append(t - max(h for h in (7200, 18000, 28800, 39600) if h <= t))
+    assert paged_after and all(after <= 330 for after in paged_after), paged_after
+    assert len(paged_after) == 4 and p.history.groups["busy"].partitions[TP].waits == ()
+
+    sink = Pipeline({"lag": {"enabled": False}})
+    for i in range(720):  # six hours of a sink that flushes every 8 minutes; the log end unread once a cycle
+        t = i * 30.0
+        offsets = PartitionOffsets(0, None if t % 480 == 420 else int(10 * t))
+        snap = dataclasses.replace(
+            snapshot(t, [group("sink", committed={TP: int(10 * (t - t % 480))})], {}), partitions={TP: offsets}
+        )
+        sink.step(snap)
+    assert sink.history.groups["sink"].partitions[TP].commit_cadence == 450.0
+    assert [n for n in sink.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []

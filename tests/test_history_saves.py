@@ -106,3 +106,42 @@ def test_a_restart_under_a_host_clock_set_back_still_dates_after_the_saved_polls
     (ahead,) = [line.split()[1] for line in body.splitlines() if line.startswith("lagwatch_clock_ahead_seconds ")]
     assert 195 < float(ahead) <= 200.1
     again.stop()
+
+
+def test_a_poll_that_returns_after_the_stop_takes_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    """A stop while a poll waits on the broker (past the stop's grace): the poll came back after the state
+    database was closed, stepped, and raised "state database is closed" (a traceback in `lagwatch run`'s log at
+    every such stop). It now takes nothing: the stop saved the state as it was."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    class SlowPolls(Polls):
+        def poll(self) -> ClusterSnapshot:
+            started.set()
+            release.wait(10)
+            return super().poll()
+
+    slow = SlowPolls()
+    daemon = Daemon(
+        load_settings(state_dir=tmp_path, http={"enabled": False}),
+        clusters={"a": ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=30)},
+        notifiers={},
+        poller_factory=lambda name, _: slow,
+        reader_factory=None,
+    )
+    raised: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            daemon.poll_cluster("a")
+        except BaseException as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    assert started.wait(5)
+    daemon.stop(grace_s=0.2)  # the poll is still under way: the stop goes on after its grace
+    release.set()
+    thread.join(10)
+    assert raised == [] and daemon.clusters["a"].polls == 0

@@ -91,6 +91,10 @@ class PartitionProgress:
     # commit, within unbroken observation. Empty for a consumer that commits at every poll or as soon as a record
     # comes (mostly): `stalled` then waits its window; else more than twice their median (commit_cadence).
     waits: tuple[float, ...] = ()
+    # The last commit ended a wait of more than a poll: a wait that starts with it may be learnt. One that starts
+    # with a commit a poll after the one before is a consumer that commits at every poll hanging (a stall that
+    # paged, and, learnt, made the next one page later and later), never its cadence.
+    after_long_wait: bool = False
 
     @property
     def commit_cadence(self) -> float | None:
@@ -147,14 +151,17 @@ class ExactClocks:
         at = self.empty_since.get(group)
         return at if at is not None else self.removed_empty_since.get(group)
 
-    def apply(self, record: Record) -> None:
+    def apply(self, record: Record, lead_s: float = 0.0) -> None:
+        """`lead_s`: how far the caller's clock runs ahead of the brokers' (lagwatch.clock, after a host clock
+        step back): the records' times are moved by it, to compare with `now` (an Empty time off by the lead paged
+        a healthy group's rolling restart as stopped)."""
         self.records += 1
         if isinstance(record, OffsetCommit):
             key = (record.topic, record.partition)
             tp = self._interned.get(key)
             if tp is None:  # one TopicPartition per partition, shared by every group: memory at 1M entries
                 tp = self._interned[key] = TopicPartition(*key)
-            self.commits.setdefault(record.group, {})[tp] = record.commit_timestamp_ms / 1000
+            self.commits.setdefault(record.group, {})[tp] = record.commit_timestamp_ms / 1000 + lead_s
         elif isinstance(record, OffsetTombstone):
             commits = self.commits.get(record.group)
             tp = TopicPartition(record.topic, record.partition)
@@ -165,7 +172,7 @@ class ExactClocks:
                     del self.commits[record.group]
         elif isinstance(record, GroupMetadata):
             if record.state_is_empty and record.current_state_timestamp_ms is not None:
-                self.empty_since[record.group] = record.current_state_timestamp_ms / 1000
+                self.empty_since[record.group] = record.current_state_timestamp_ms / 1000 + lead_s
             else:
                 self.empty_since.pop(record.group, None)
         elif isinstance(record, GroupTombstone):
@@ -367,10 +374,10 @@ class ClusterHistory:
             return None
         return max(0.0, (last - first_value) / (last_t - first_t))
 
-    def observe_records(self, records: Iterable[Record], caught_up: bool) -> None:
-        """Folds in records read from `__consumer_offsets`, in the topic's order."""
+    def observe_records(self, records: Iterable[Record], caught_up: bool, lead_s: float = 0.0) -> None:
+        """Folds in records read from `__consumer_offsets`, in the topic's order (`lead_s`: ExactClocks.apply)."""
         for record in records:
-            self.exact.apply(record)
+            self.exact.apply(record, lead_s)
         self.exact.ready = self.exact.ready or caught_up
 
     def observe(self, snapshot: ClusterSnapshot) -> bool:
@@ -526,8 +533,12 @@ class ClusterHistory:
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
                     last = progress.last_commit_change
-                    if last is not None and last.since < previous_poll_t and last.observed:
-                        self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
+                    if last is not None and last.since < previous_poll_t:
+                        if progress.after_long_wait and last.observed:
+                            self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
+                        progress.after_long_wait = True
+                    elif progress.after_long_wait:
+                        progress.after_long_wait = False
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -563,11 +574,14 @@ class ClusterHistory:
         now: float,
         last_change: float,
     ) -> None:
-        """The commit of `tp` seen at this poll ended a wait of more than a poll: if records were waiting at the
-        poll before it, the wait is how long they had been waiting (from the first poll of the unbroken run of
-        polls that saw them, back to the last commit), and goes into the partition's waits. A consumer that commits
-        as soon as a record comes is caught up at polls (the time between records is no cadence), and a commit
-        seen first after a blind spell is no measure: neither is recorded."""
+        """The commit of `tp` seen at this poll ended a wait of more than a poll (and so did the commit before it):
+        if records were waiting at the poll before it, the wait is how long they had been waiting (from the first
+        poll of the unbroken run of polls that saw them, back to the last commit; the last commit itself when the
+        kept polls do not reach back to it: a sink that flushes every 25 minutes), and goes into the partition's
+        waits. A consumer that commits as soon as a record comes is caught up at polls (the time between records
+        is no cadence), and a commit seen first after a blind spell is no measure: neither is recorded. A poll that
+        did not read the log end or sample the partition is bridged (taken as the end of the run, it cut a sink's
+        8-minute wait to 30 s)."""
         evidence = self.evidence_start(group_id)
         if evidence is None or last_change <= evidence:
             return
@@ -577,15 +591,23 @@ class ClusterHistory:
         times, t0 = self.poll_times, self.poll_times_first
         waiting_since: float | None = None
         at = poll - 1
-        while at >= t0:
+        while True:
             i, j = at - ring.first, at - ends.first
-            if i < 0 or j < 0 or i >= len(ring.values) or j >= len(ends.values):
+            if at < t0 or i < 0 or j < 0 or i >= len(ring.values) or j >= len(ends.values):
+                waiting_since = last_change if waiting_since is not None else None  # waiting as far as kept
                 break
             t = times[at - t0]
-            if t <= last_change or ring.values[i] != previous or ends.values[j] <= previous:
-                break  # the last commit's poll, another offset, a gap, or nothing waiting: the run starts after it
-            waiting_since = t
+            if t <= last_change:
+                break  # the last commit's poll: the run starts after it
+            committed, end = ring.values[i], ends.values[j]
             at -= 1
+            if committed <= NO_VALUE or end <= NO_VALUE:
+                # Not sampled, or the log end not read: bridged. Log ends only grow, so records waiting on both
+                # sides of it waited through it; if the run starts after it, the polls before it say so.
+                continue
+            if committed != previous or end <= previous:
+                break  # nothing waiting at that poll: the run starts after it
+            waiting_since = t
         if waiting_since is not None:
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - waiting_since)
 

@@ -42,6 +42,8 @@ def _between_generations(ctx: GroupContext) -> bool:
 
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
 # twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
+# A longer cadence pages in that hour (a sink that flushes every 25 minutes, at 10 minutes): it cannot be told from
+# a stall before its first wait is seen; a per-group `stalled.window_s` covers it from the start.
 LEARNING_S = 3600.0
 
 
@@ -54,6 +56,8 @@ def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, le
     cadence = progress.commit_cadence
     if cadence is not None:
         return max(window, 2 * cadence)
+    if progress.waits:  # still learning, from one or two waits: the longest (a 25-minute sink has two by 75 min)
+        return max(window, 2 * max(progress.waits), 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else 0)
     return 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else window
 
 
