@@ -204,6 +204,7 @@ class Daemon:
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
         history.keep = polls_to_keep(self.settings.rules.longest_window_s(), config.poll_interval_s)
+        history.longest_learnt_wait_s = 2 * self.settings.rules.stalled.window_s
         if isinstance(self.clock, SteadyClock) and history.last_ok_poll is not None:
             # Saved under a host clock since set back: the next polls must still come after the saved ones.
             self.clock.not_before(history.last_ok_poll)
@@ -282,14 +283,20 @@ class Daemon:
             return  # a stop began while it ran: not taken (the stop saves what was before it)
         with runtime.lock:
             records, caught_up = runtime.take_lake_records()
+            # A poll the step holds (dated before the last, after a large host clock step back) leaves the last
+            # poll's figures to the exporter and the API: blanked, they resolved the lag alerts Prometheus
+            # evaluates on them for as long as the step.
+            held = self.pipelines[name].holds(snapshot)
             # The last evaluation is let go before the next is built: at 100k group-partitions, holding both
             # during the step was 35 MB more RSS for good (bench/README.md). The exporter keeps this cluster's
             # series from the last render, and the API waits on this lock for the pair (ClusterRuntime.published).
-            runtime.evaluation = None
+            if not held:
+                runtime.evaluation = None
             evaluation = self.pipelines[name].step(snapshot)
             # Kept for the exporter and the API (measures, expiries), not the findings: the book holds what they
             # said, and at 10,000 alerting groups they are tens of MB, held through the next poll as well.
-            runtime.latest, runtime.evaluation = snapshot, dataclasses.replace(evaluation, findings=())
+            if not held:
+                runtime.latest, runtime.evaluation = snapshot, dataclasses.replace(evaluation, findings=())
         if self.lake is not None:  # only the records whose effect the replay needs (a few per key, not thousands)
             self.lake.record_poll(snapshot, evaluation, compact_records(records), caught_up)
         with self.book_lock:

@@ -37,8 +37,7 @@ class ClusterPipeline:
         """Folds one poll (and the `__consumer_offsets` records read since the last one) into the history, runs
         the rules, and moves the alerts of this cluster along their lifecycle. Only one thread steps a cluster."""
         self.history.observe_records(records, records_caught_up)
-        last = self.history.last_ok_poll
-        if last is not None and snapshot.taken_at <= last:
+        if self.holds(snapshot):
             # Dated at or before a poll already folded in: the clock it was dated by went back. The history keeps
             # time in order, so it cannot take it; the alerts stay exactly as they are (resolving them on a poll
             # the history ignored resolved every firing alert without a word). The daemon's clock never goes back
@@ -62,6 +61,11 @@ class ClusterPipeline:
                 evaluation.partial_groups,
             )
         return evaluation
+
+    def holds(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether `step` holds this poll: dated at or before the last one the history took."""
+        last = self.history.last_ok_poll
+        return last is not None and snapshot.taken_at <= last
 
     def due(self, now: float) -> list[Notification]:
         return self.book.due(now)

@@ -470,3 +470,52 @@ def test_hangs_of_a_consumer_that_commits_at_every_poll_are_not_learnt_and_page_
         sink.step(snap)
     assert sink.history.groups["sink"].partitions[TP].commit_cadence == 450.0
     assert [n for n in sink.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+
+
+def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_per_flush() -> None:
+    """Three cases of the third review:
+    - a sink that flushes every 10 minutes on a quiet topic (a record every ~7 minutes): waits of 1-10 minutes,
+      whose middle one paged a record that had waited 6 when compared with the time since the last commit (idle
+      time in it). `stalled` compares the time records have waited with twice the longest wait: no page;
+    - a busy consumer that hangs for 20 minutes, gets through one batch after a restart, and hangs again, three
+      times: no hang is learnt (longer than twice the window: they paged), each pages at the window;
+    - a sink flushing every 6 minutes (+-60 s) with a second commit a poll after each flush learns its cadence."""
+    import random
+
+    rnd = random.Random(7)
+    arrivals, t = [], 0.0
+    while t < 12 * 3600:
+        t += rnd.expovariate(1 / 420)
+        arrivals.append(t)
+    quiet, committed = Pipeline(), 0
+    for i in range(12 * 120):
+        t = i * 30.0
+        end = sum(1 for a in arrivals if a <= t)
+        committed = end if t % 600 == 0 else committed
+        quiet.step(snapshot(t, [group("s3", committed={TP: committed})], {TP: end}))
+    assert [n for n in quiet.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert (quiet.history.groups["s3"].partitions[TP].commit_cadence or 0) > 300
+
+    busy, committed, paged = Pipeline({"lag": {"enabled": False}}), 0, {}
+    hangs = [(7200.0 + 1230 * k, 7200.0 + 1230 * k + 1200) for k in range(3)] + [(11000.0, 1e9)]
+    for i in range(420):
+        t = i * 30.0
+        hung = next((h for h in hangs if h[0] <= t < h[1]), None)
+        committed = committed if hung else int(100 * (t - 10))
+        busy.step(snapshot(t, [group("busy", committed={TP: committed})], {TP: int(100 * t)}))
+        if hung and hung not in paged and any(a.rule == "stalled" for a in busy.book.alerts.values()):
+            paged[hung] = t - hung[0]
+    assert len(paged) == 4 and max(paged.values()) <= 330, paged
+
+    rnd = random.Random(3)
+    flushes, t = [], 0.0
+    while t < 12 * 3600:
+        t += 360 + rnd.uniform(-60, 60)
+        flushes += [t, t + 30]
+    double = Pipeline({"lag": {"enabled": False}})
+    for i in range(12 * 120):
+        t = i * 30.0
+        done = [f for f in flushes if f <= t]
+        double.step(snapshot(t, [group("sink", committed={TP: int(10 * done[-1]) if done else 0})], {TP: int(10 * t)}))
+    assert double.history.groups["sink"].partitions[TP].commit_cadence is not None
+    assert [n for n in double.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []

@@ -145,3 +145,20 @@ def test_a_poll_that_returns_after_the_stop_takes_nothing_and_raises_nothing(tmp
     release.set()
     thread.join(10)
     assert raised == [] and daemon.clusters["a"].polls == 0
+
+
+def test_a_held_poll_leaves_the_last_figures_to_the_exporter(tmp_path: Path) -> None:
+    """A poll dated an hour before the last (a large host clock step back) is held by the step; its empty
+    evaluation blanked every lag series, and the lag alerts Prometheus evaluates on them resolved for the hour."""
+    daemon = _daemon(tmp_path)
+    polls = daemon.clusters["a"].poller
+    for _ in range(3):
+        daemon.poll_cluster("a")
+    before = daemon.metrics_body().decode()
+    assert "lagwatch_partition_lag{" in before
+    polls.t -= 3600  # the next poll is dated an hour earlier
+    daemon.poll_cluster("a")
+    after = daemon.metrics_body().decode()
+    assert after.count("lagwatch_partition_lag{") == before.count("lagwatch_partition_lag{")
+    assert daemon.clusters["a"].history.blind  # and the held span is a blind spell
+    daemon.stop()

@@ -42,6 +42,7 @@ MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
 COMMIT_WAITS_KEPT = 5  # a partition's latest waits for a commit with records waiting: its commit cadence
 COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
+LONGEST_LEARNT_WAIT_S = 600.0  # unless sized to the rules (ClusterHistory.longest_learnt_wait_s)
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -88,23 +89,18 @@ class PartitionProgress:
     last_commit_change: Clock | None = None
     # How long records waited for this partition's commit, the last few times it took longer than a poll (a sink
     # that flushes every 6 minutes): seconds from the first poll that saw records waiting to the poll that saw the
-    # commit, within unbroken observation. Empty for a consumer that commits at every poll or as soon as a record
-    # comes (mostly): `stalled` then waits its window; else more than twice their median (commit_cadence).
+    # commit, within unbroken observation, and no longer than ClusterHistory.longest_learnt_wait_s (a wait that
+    # long was a stall, paged: learnt, it made the next one page later). Empty for a consumer that commits at
+    # every poll or as soon as a record comes: `stalled` then waits its window; else twice the longest of them.
     waits: tuple[float, ...] = ()
-    # The last commit ended a wait of more than a poll: a wait that starts with it may be learnt. One that starts
-    # with a commit a poll after the one before is a consumer that commits at every poll hanging (a stall that
-    # paged, and, learnt, made the next one page later and later), never its cadence.
-    after_long_wait: bool = False
 
     @property
     def commit_cadence(self) -> float | None:
-        """The median of the latest waits (None: too few seen yet)."""
+        """The longest of the latest waits (None: too few seen yet). The longest, not a middle one: on a quiet
+        topic the wait of each flush is anything from a poll to the flush interval, and `stalled` compares the
+        wait under way with it."""
         waits = self.waits
-        if len(waits) < COMMIT_WAITS_NEEDED:
-            return None
-        ordered = sorted(waits)
-        middle = len(ordered) // 2
-        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        return max(waits) if len(waits) >= COMMIT_WAITS_NEEDED else None
 
     @property
     def last_committed(self) -> int | None:
@@ -237,6 +233,8 @@ class ClusterHistory:
     # A longer gap between two good polls is a blind spell (lagwatch was down, or polls were skipped).
     max_gap_s: float = float("inf")
     keep: int = MAX_SAMPLES  # polls kept in the rings (the daemon sizes it to its rules: polls_to_keep)
+    # A wait for a commit longer than this is not learnt as a cadence (twice the stalled window: it paged).
+    longest_learnt_wait_s: float = LONGEST_LEARNT_WAIT_S
     evidence_since: float | None = None
     blind: bool = False  # a poll failed since the last good one
     exact: ExactClocks = field(default_factory=ExactClocks)
@@ -533,12 +531,8 @@ class ClusterHistory:
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
                     last = progress.last_commit_change
-                    if last is not None and last.since < previous_poll_t:
-                        if progress.after_long_wait and last.observed:
-                            self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
-                        progress.after_long_wait = True
-                    elif progress.after_long_wait:
-                        progress.after_long_wait = False
+                    if last is not None and last.since < previous_poll_t and last.observed:
+                        self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -574,42 +568,47 @@ class ClusterHistory:
         now: float,
         last_change: float,
     ) -> None:
-        """The commit of `tp` seen at this poll ended a wait of more than a poll (and so did the commit before it):
-        if records were waiting at the poll before it, the wait is how long they had been waiting (from the first
-        poll of the unbroken run of polls that saw them, back to the last commit; the last commit itself when the
-        kept polls do not reach back to it: a sink that flushes every 25 minutes), and goes into the partition's
-        waits. A consumer that commits as soon as a record comes is caught up at polls (the time between records
-        is no cadence), and a commit seen first after a blind spell is no measure: neither is recorded. A poll that
-        did not read the log end or sample the partition is bridged (taken as the end of the run, it cut a sink's
-        8-minute wait to 30 s)."""
+        """The commit of `tp` seen at this poll ended a wait of more than a poll: how long records had been
+        waiting for it (`waiting_since` at the poll before) goes into the partition's waits, if it is known (not
+        from before the kept polls: that counted a quiet topic's idle hours) and no longer than
+        `longest_learnt_wait_s`. A consumer that commits as soon as a record comes is caught up at
+        polls (the time between records is no cadence), and a commit seen first after a blind spell is no
+        measure: neither is recorded."""
         evidence = self.evidence_start(group_id)
         if evidence is None or last_change <= evidence:
             return
+        since = self.waiting_since(progress, tp, poll - 1, previous, last_change)
+        if since is not None and since != -math.inf and now - since <= self.longest_learnt_wait_s:
+            progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - since)
+
+    def waiting_since(
+        self, progress: PartitionProgress, tp: TopicPartition, poll: int, committed: int, last_change: float
+    ) -> float | None:
+        """Since when records have waited for `tp`'s commit, as of poll number `poll` (its committed offset then:
+        `committed`, last changed at `last_change`): the time of the first poll of the unbroken run of polls up to
+        it that saw records waiting. None: none waiting at `poll`. A poll that did not read the log end or sample the partition is bridged: log ends only
+        grow, so records waiting on both sides of it waited through it (taken as the end of the run, it cut a
+        sink's 8-minute wait to 30 s). -inf: waiting since before the polls kept (how long is not known)."""
         ring, ends = progress.committed, self.log_ends.get(tp)
         if ends is None:
-            return
+            return None
         times, t0 = self.poll_times, self.poll_times_first
-        waiting_since: float | None = None
-        at = poll - 1
+        since: float | None = None
+        at = poll
         while True:
             i, j = at - ring.first, at - ends.first
             if at < t0 or i < 0 or j < 0 or i >= len(ring.values) or j >= len(ends.values):
-                waiting_since = last_change if waiting_since is not None else None  # waiting as far as kept
-                break
+                return -math.inf if since is not None else None  # waiting as far back as the polls kept go
             t = times[at - t0]
             if t <= last_change:
-                break  # the last commit's poll: the run starts after it
-            committed, end = ring.values[i], ends.values[j]
+                return since  # the last commit's poll: the run starts after it
+            value, end = ring.values[i], ends.values[j]
             at -= 1
-            if committed <= NO_VALUE or end <= NO_VALUE:
-                # Not sampled, or the log end not read: bridged. Log ends only grow, so records waiting on both
-                # sides of it waited through it; if the run starts after it, the polls before it say so.
+            if value <= NO_VALUE or end <= NO_VALUE:
                 continue
-            if committed != previous or end <= previous:
-                break  # nothing waiting at that poll: the run starts after it
-            waiting_since = t
-        if waiting_since is not None:
-            progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - waiting_since)
+            if value != committed or end <= committed:
+                return since  # nothing waiting at that poll: the run starts after it
+            since = t
 
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
         """Offsets of a deleted topic vanish with it: a deletion, not an expiry."""

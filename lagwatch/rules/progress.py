@@ -43,21 +43,20 @@ def _between_generations(ctx: GroupContext) -> bool:
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
 # twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
 # A longer cadence pages in that hour (a sink that flushes every 25 minutes, at 10 minutes): it cannot be told from
-# a stall before its first wait is seen; a per-group `stalled.window_s` covers it from the start.
+# a stall before its first wait is seen; nor is it learnt afterwards (waits longer than twice the window are not:
+# they paged). A per-group `stalled.window_s` covers it.
 LEARNING_S = 3600.0
 
 
 def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, learn: bool) -> float:
-    """How long a partition must go without a commit while records wait before `stalled` pages it: the rule's
-    window, or twice the partition's own commit cadence where that is longer (a healthy sink that flushes every
-    few minutes keeps records waiting that long at every flush)."""
+    """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
+    the partition's own commit cadence where that is longer (a healthy sink that flushes every few minutes keeps
+    records waiting that long at every flush)."""
     if not learn or ctx.track is None:
         return window
     cadence = progress.commit_cadence
     if cadence is not None:
         return max(window, 2 * cadence)
-    if progress.waits:  # still learning, from one or two waits: the longest (a 25-minute sink has two by 75 min)
-        return max(window, 2 * max(progress.waits), 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else 0)
     return 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else window
 
 
@@ -137,12 +136,27 @@ def _stalled_partition(
     learn: bool,
     by_topic: dict[str, list[tuple[int, float, float | None]]],
 ) -> None:
-    """`tp` had records waiting and no commit over the whole window: stalled if the time since its last commit
-    passed stall_wait too (a wait it knows only from its own commits, which do not change while it stalls)."""
+    """`tp` had records waiting and no commit over the whole window: stalled if they have waited longer than
+    stall_wait too (the run of polls that saw them waiting; from the last commit when it reaches back past the
+    polls kept). Not the time since the last commit: on a quiet topic that holds idle time, and a sink that
+    flushes every 10 minutes paged a record that had waited 6."""
     last = progress.last_commit_change
     wait = stall_wait(ctx, progress, window, learn)
-    if last is not None and ctx.now - last.since >= wait:
-        by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.commit_cadence))
+    if last is None:
+        return
+    if wait > window:  # the window check above is the whole answer otherwise
+        newest = ctx.history.poll_times_first + len(ctx.history.poll_times) - 1
+        committed = progress.last_committed
+        since = (
+            ctx.history.waiting_since(progress, tp, newest, committed, last.since) if committed is not None else None
+        )
+        if since is None:
+            return
+        if ctx.now - max(since, last.since) < wait:
+            return
+    elif ctx.now - last.since < wait:
+        return
+    by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.commit_cadence))
 
 
 def stopped(ctx: GroupContext) -> Iterator[Finding]:

@@ -48,9 +48,10 @@ class StalledRule(WindowRule):
     severity: Severity = "critical"
     learn_commit_interval: bool = Field(
         default=True,
-        description="page a partition only once its last commit is more than twice its own commit cadence ago "
-        "(learnt from polls: a sink that flushes every 6 minutes) when that is longer than window_s, and twice "
-        "window_s until it is learnt in a group's first hour; false: window_s only",
+        description="page a partition only once its records have waited more than twice its own commit cadence "
+        "(learnt from polls: a sink that flushes every 6 minutes; waits over twice window_s are not learnt) when "
+        "that is longer than window_s, and twice window_s until it is learnt in a group's first hour; false: "
+        "window_s only",
     )
 
 
