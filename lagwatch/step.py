@@ -16,7 +16,7 @@ from typing import Any
 
 from lagwatch.alerts import AlertBook, Notification
 from lagwatch.history import ClusterHistory
-from lagwatch.model import ClusterSnapshot
+from lagwatch.model import ClusterSnapshot, TopicPartition
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation, RuleResolver, evaluate
 
@@ -30,6 +30,13 @@ class ClusterPipeline:
     use_last_stable: bool = False
     # Held only while the book is read or changed, not while the rules run: other clusters and the API go on.
     book_lock: AbstractContextManager[Any] = field(default_factory=nullcontext)
+
+    def __post_init__(self) -> None:
+        self.history.stall_window_of = self._stall_window  # the waits `stalled` learns, by its own window
+
+    def _stall_window(self, group: str, tp: TopicPartition) -> float | None:
+        rule = self.resolver.resolve(self.cluster, group, tp.topic)[0].stalled
+        return rule.window_s if rule.enabled and rule.learn_commit_interval else None
 
     def step(
         self, snapshot: ClusterSnapshot, records: Iterable[Record] = (), records_caught_up: bool = False

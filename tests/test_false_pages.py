@@ -472,6 +472,20 @@ def test_hangs_of_a_consumer_that_commits_at_every_poll_are_not_learnt_and_page_
     assert [n for n in sink.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
 
 
+def _busy_consumer_hangs(p: Pipeline, hangs: list[tuple[float, float]], polls: int) -> dict[tuple[float, float], float]:
+    """A consumer committing at every poll (100 records/s), hung (members there) within each of `hangs`: how long
+    after each hang began `stalled` was up."""
+    committed, paged = 0, {}
+    for i in range(polls):
+        t = i * 30.0
+        hung = next((h for h in hangs if h[0] <= t < h[1]), None)
+        committed = committed if hung else int(100 * (t - 10))
+        p.step(snapshot(t, [group("busy", committed={TP: committed})], {TP: int(100 * t)}))
+        if hung and hung not in paged and any(a.rule == "stalled" for a in p.book.alerts.values()):
+            paged[hung] = t - hung[0]
+    return paged
+
+
 def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_per_flush() -> None:
     """Three cases of the third review:
     - a sink that flushes every 10 minutes on a quiet topic (a record every ~7 minutes): waits of 1-10 minutes,
@@ -496,15 +510,8 @@ def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_
     assert [n for n in quiet.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
     assert (quiet.history.groups["s3"].partitions[TP].commit_cadence or 0) > 300
 
-    busy, committed, paged = Pipeline({"lag": {"enabled": False}}), 0, {}
     hangs = [(7200.0 + 1230 * k, 7200.0 + 1230 * k + 1200) for k in range(3)] + [(11000.0, 1e9)]
-    for i in range(420):
-        t = i * 30.0
-        hung = next((h for h in hangs if h[0] <= t < h[1]), None)
-        committed = committed if hung else int(100 * (t - 10))
-        busy.step(snapshot(t, [group("busy", committed={TP: committed})], {TP: int(100 * t)}))
-        if hung and hung not in paged and any(a.rule == "stalled" for a in busy.book.alerts.values()):
-            paged[hung] = t - hung[0]
+    paged = _busy_consumer_hangs(Pipeline({"lag": {"enabled": False}}), hangs, 420)
     assert len(paged) == 4 and max(paged.values()) <= 330, paged
 
     rnd = random.Random(3)
@@ -519,3 +526,37 @@ def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_
         double.step(snapshot(t, [group("sink", committed={TP: int(10 * done[-1]) if done else 0})], {TP: int(10 * t)}))
     assert double.history.groups["sink"].partitions[TP].commit_cadence is not None
     assert [n for n in double.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+
+
+def test_stalls_are_not_learnt_an_old_cadence_ages_and_a_poll_without_the_commit_says_nothing() -> None:
+    """The fourth review:
+    - a consumer that commits at every poll and hangs for 8 minutes every 40 learnt its hangs (each paged) and
+      then hid them: waits are learnt only where at most two commits a poll apart came between them (a sink);
+    - a cadence learnt and never renewed (a sink that became a consumer committing at every poll) held its hangs
+      back for good: it pages at the window once no wait was learnt for an hour;
+    - a poll whose OffsetFetch answer left the partition out restarted a hung consumer's clock (one every 4
+      minutes hid the hang), and resolved a firing stall: the polls around it judge, and its clock stays."""
+    busy = Pipeline({"lag": {"enabled": False}})
+    paged = _busy_consumer_hangs(busy, [(13200.0 + 2400 * k, 13200.0 + 2400 * k + 480) for k in range(3)], 720)
+    assert len(paged) == 3 and max(paged.values()) <= 330 and busy.history.groups["busy"].partitions[TP].waits == ()
+
+    former_sink = Pipeline({"lag": {"enabled": False}})
+    _sink_polls(former_sink, 0, 240)  # two hours of 6-minute flushes: cadence learnt
+    assert former_sink.history.groups["sink"].partitions[TP].commit_cadence == 330.0
+    fired = None
+    for i in range(240, 480):  # then it commits at every poll, and hangs at 3 h
+        t = i * 30.0
+        done = min(t, 10800.0)
+        former_sink.step(snapshot(t, [group("sink", committed={TP: int(100 * done)})], {TP: int(100 * t) + 50}))
+        if fired is None and any(a.rule == "stalled" for a in former_sink.book.alerts.values()):
+            fired = t
+    assert fired is not None and fired - 10800 <= 330
+
+    flaky = Pipeline({"lag": {"enabled": False}})
+    for i in range(360):  # hangs at 2 h; every 8th poll leaves the partition's commit out
+        t = i * 30.0
+        committed = {} if i % 8 == 0 and i > 200 else {TP: int(100 * min(t, 7200.0))}
+        flaky.step(snapshot(t, [group("flaky", committed=committed, assigned=(TP,))], {TP: int(100 * t) + 50}))
+    told = [(n.kind, n.created_at) for n in flaky.sent if any(a["rule"] == "stalled" for a in n.alerts)]
+    assert told and told[0][0] == "firing" and told[0][1] - 7200 <= 360
+    assert [kind for kind, _ in told] == ["firing"], told  # and no resolve at the polls without the commit

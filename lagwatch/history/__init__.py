@@ -14,6 +14,7 @@ from lagwatch.history.store import (
     Vanished,
     compact_records,
     polls_to_keep,
+    stall_threshold,
 )
 from lagwatch.history.timeline import LogEndTimeline
 
@@ -33,4 +34,5 @@ __all__ = [
     "lag_seconds",
     "measure_group",
     "polls_to_keep",
+    "stall_threshold",
 ]

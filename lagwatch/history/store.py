@@ -19,7 +19,7 @@ import math
 import zlib
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -42,7 +42,21 @@ MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
 COMMIT_WAITS_KEPT = 5  # a partition's latest waits for a commit with records waiting: its commit cadence
 COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
-LONGEST_LEARNT_WAIT_S = 600.0  # unless sized to the rules (ClusterHistory.longest_learnt_wait_s)
+SHORT_COMMITS_AT_MOST = 2  # between two waits of a partition that may be learnt (PartitionProgress.short_commits)
+DEFAULT_STALL_WINDOW_S = 300.0  # the stalled window when no rules are given (ClusterHistory.stall_window_of)
+# Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
+# twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
+LEARNING_S = 3600.0
+
+
+def stall_threshold(window: float, cadence: float | None, first_seen: float, now: float) -> float:
+    """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
+    the partition's own cadence where that is longer; twice the window while it is learnt in the group's first
+    hour. Used by the rule, and by the history to learn only waits that did not page (a hang that paged, learnt,
+    made the next ones go unpaged)."""
+    if cadence is not None:
+        return max(window, 2 * cadence)
+    return 2 * window if now - first_seen < LEARNING_S else window
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -89,10 +103,16 @@ class PartitionProgress:
     last_commit_change: Clock | None = None
     # How long records waited for this partition's commit, the last few times it took longer than a poll (a sink
     # that flushes every 6 minutes): seconds from the first poll that saw records waiting to the poll that saw the
-    # commit, within unbroken observation, and no longer than ClusterHistory.longest_learnt_wait_s (a wait that
-    # long was a stall, paged: learnt, it made the next one page later). Empty for a consumer that commits at
+    # commit, within unbroken observation, shorter than twice the window and not between the commits of a consumer
+    # that commits at every poll (a wait that long, or a hang, was a stall that paged: learnt, it made the next one
+    # page later). Empty for a consumer that commits at
     # every poll or as soon as a record comes: `stalled` then waits its window; else twice the longest of them.
     waits: tuple[float, ...] = ()
+    waits_at: float | None = None  # when the last of them was learnt
+    # Commits a poll after the one before, since the last that took longer (counted to SHORT_COMMITS_AT_MOST + 1):
+    # a sink has none or one between its waits (a second commit right after a flush), a consumer that commits at
+    # every poll has dozens between its hangs, which are stalls (they paged) and are not learnt.
+    short_commits: int = 0
 
     @property
     def commit_cadence(self) -> float | None:
@@ -101,6 +121,17 @@ class PartitionProgress:
         wait under way with it."""
         waits = self.waits
         return max(waits) if len(waits) >= COMMIT_WAITS_NEEDED else None
+
+    def cadence_at(self, now: float) -> float | None:
+        """commit_cadence, while it is fresh (a wait learnt within an hour, or ten cadences, of `now`), for paging.
+        A sink that became a consumer committing at every poll learns no new wait, and its old cadence held its
+        hangs back for ever (a save from before this check has no time, and counts as old). Learning goes on
+        from the stale one: a sink that hung longer than that learns its flushes again."""
+        cadence = self.commit_cadence
+        at = self.waits_at
+        if cadence is None or at is None or now - at > max(LEARNING_S, 10 * cadence):
+            return None
+        return cadence
 
     @property
     def last_committed(self) -> int | None:
@@ -233,8 +264,11 @@ class ClusterHistory:
     # A longer gap between two good polls is a blind spell (lagwatch was down, or polls were skipped).
     max_gap_s: float = float("inf")
     keep: int = MAX_SAMPLES  # polls kept in the rings (the daemon sizes it to its rules: polls_to_keep)
-    # A wait for a commit longer than this is not learnt as a cadence (twice the stalled window: it paged).
-    longest_learnt_wait_s: float = LONGEST_LEARNT_WAIT_S
+    # The stalled window of a group and partition, or None where stalled does not learn cadences (the pipeline
+    # gives its rules'); not saved.
+    stall_window_of: Callable[[str, TopicPartition], float | None] | None = field(
+        default=None, repr=False, compare=False
+    )
     evidence_since: float | None = None
     blind: bool = False  # a poll failed since the last good one
     exact: ExactClocks = field(default_factory=ExactClocks)
@@ -527,12 +561,20 @@ class ClusterHistory:
             ring = progress.committed
             if offset is not None:
                 previous = ring.last
-                if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
+                if previous <= NO_VALUE:
+                    # A poll without this partition's commit (a partition-level OffsetFetch error) says nothing
+                    # of it: the offset before it is compared (one such poll restarted a hung consumer's clock).
+                    previous = next((v for v in reversed(ring.values) if v > NO_VALUE), previous)
+                if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last ones
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
                     last = progress.last_commit_change
-                    if last is not None and last.since < previous_poll_t and last.observed:
-                        self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
+                    if last is not None and last.since < previous_poll_t:
+                        if last.observed and progress.short_commits <= SHORT_COMMITS_AT_MOST:
+                            self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
+                        progress.short_commits = 0
+                    elif progress.short_commits <= SHORT_COMMITS_AT_MOST:
+                        progress.short_commits += 1
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -570,16 +612,22 @@ class ClusterHistory:
     ) -> None:
         """The commit of `tp` seen at this poll ended a wait of more than a poll: how long records had been
         waiting for it (`waiting_since` at the poll before) goes into the partition's waits, if it is known (not
-        from before the kept polls: that counted a quiet topic's idle hours) and no longer than
-        `longest_learnt_wait_s`. A consumer that commits as soon as a record comes is caught up at
+        from before the kept polls: that counted a quiet topic's idle hours) and shorter than twice the window (a
+        longer one paged). A consumer that commits as soon as a record comes is caught up at
         polls (the time between records is no cadence), and a commit seen first after a blind spell is no
         measure: neither is recorded."""
         evidence = self.evidence_start(group_id)
         if evidence is None or last_change <= evidence:
             return
         since = self.waiting_since(progress, tp, poll - 1, previous, last_change)
-        if since is not None and since != -math.inf and now - since <= self.longest_learnt_wait_s:
+        if since is None or since == -math.inf:
+            return
+        window = self.stall_window_of(group_id, tp) if self.stall_window_of is not None else DEFAULT_STALL_WINDOW_S
+        if window is None:
+            return
+        if now - since < 2 * window:
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - since)
+            progress.waits_at = now
 
     def waiting_since(
         self, progress: PartitionProgress, tp: TopicPartition, poll: int, committed: int, last_change: float
@@ -880,7 +928,9 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "gone_since": t.gone_since,
         "partitions": topics,
         # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
-        "commit_waits": [[tp.topic, tp.partition, list(p.waits)] for tp, p in t.partitions.items() if p.waits],
+        "commit_waits": [
+            [tp.topic, tp.partition, list(p.waits), p.waits_at] for tp, p in t.partitions.items() if p.waits
+        ],
         "rewinds": [[tp.topic, tp.partition, *r] for tp, r in t.rewinds.items()],
         "vanished": None
         if t.vanished is None
@@ -912,10 +962,11 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
                 track.partitions[tp] = progress
     for topic, partition, at, old, new in raw.get("rewinds", []):
         track.rewinds[TopicPartition(topic, partition)] = (at, old, new)
-    for topic, partition, waits in raw.get("commit_waits", []):  # optional: saves before it have none
+    for topic, partition, waits, *at in raw.get("commit_waits", []):  # optional: saves before it have none
         learnt = track.partitions.get(TopicPartition(topic, partition))
         if learnt is not None:
             learnt.waits = tuple(float(w) for w in waits)[-COMMIT_WAITS_KEPT:]
+            learnt.waits_at = float(at[0]) if at and at[0] is not None else None
     vanished = raw.get("vanished")
     if vanished:
         offsets = {TopicPartition(t, p): o for t, p, o in vanished["offsets"]}

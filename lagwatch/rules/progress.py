@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from lagwatch.history import PartitionProgress, Sample
+from lagwatch.history import PartitionProgress, Sample, stall_threshold
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -41,23 +41,17 @@ def _between_generations(ctx: GroupContext) -> bool:
 
 
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
-# twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
+# twice its window (history.LEARNING_S): a sink that commits every 6 minutes is not paged while it is learnt.
 # A longer cadence pages in that hour (a sink that flushes every 25 minutes, at 10 minutes): it cannot be told from
 # a stall before its first wait is seen; nor is it learnt afterwards (waits longer than twice the window are not:
 # they paged). A per-group `stalled.window_s` covers it.
-LEARNING_S = 3600.0
-
-
 def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, learn: bool) -> float:
     """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
     the partition's own commit cadence where that is longer (a healthy sink that flushes every few minutes keeps
     records waiting that long at every flush)."""
     if not learn or ctx.track is None:
         return window
-    cadence = progress.commit_cadence
-    if cadence is not None:
-        return max(window, 2 * cadence)
-    return 2 * window if ctx.now - ctx.track.first_seen < LEARNING_S else window
+    return stall_threshold(window, progress.cadence_at(ctx.now), ctx.track.first_seen, ctx.now)
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
@@ -88,16 +82,21 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             committed_offsets, log_ends = aligned
             offset = committed_offsets[0]
             if min(committed_offsets) == max(committed_offsets) and min(log_ends) > offset:
-                _stalled_partition(ctx, tp, progress, window, rules.stalled.learn_commit_interval, by_topic)
+                _stalled_partition(ctx, tp, progress, offset, window, rules.stalled.learn_commit_interval, by_topic)
             continue
         samples = history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
             continue
-        committed = {s.committed for s in samples}
-        if len(committed) == 1 and None not in committed:
-            lags = [_lag(s) for s in samples]
+        # A poll without the partition's commit (a partition-level OffsetFetch error) says nothing of it: the others
+        # judge (one such poll resolved a firing stall and paged it again; one every 4 minutes hid a hang).
+        known = [s for s in samples if s.committed is not None]
+        committed = {s.committed for s in known}
+        if len(known) >= 2 and len(committed) == 1:
+            lags = [_lag(s) for s in known]
             if all(lags):
-                _stalled_partition(ctx, tp, progress, window, rules.stalled.learn_commit_interval, by_topic)
+                (stuck,) = committed
+                assert stuck is not None  # known
+                _stalled_partition(ctx, tp, progress, stuck, window, rules.stalled.learn_commit_interval, by_topic)
             elif all(lag is None or lag > 0 for lag in lags):  # a poll without the log end: it cannot tell
                 ctx.hold("stalled", tp.topic)
     for topic, stalled_parts in sorted(by_topic.items()):
@@ -132,6 +131,7 @@ def _stalled_partition(
     ctx: GroupContext,
     tp: TopicPartition,
     progress: PartitionProgress,
+    committed: int,
     window: float,
     learn: bool,
     by_topic: dict[str, list[tuple[int, float, float | None]]],
@@ -146,17 +146,14 @@ def _stalled_partition(
         return
     if wait > window:  # the window check above is the whole answer otherwise
         newest = ctx.history.poll_times_first + len(ctx.history.poll_times) - 1
-        committed = progress.last_committed
-        since = (
-            ctx.history.waiting_since(progress, tp, newest, committed, last.since) if committed is not None else None
-        )
+        since = ctx.history.waiting_since(progress, tp, newest, committed, last.since)
         if since is None:
             return
         if ctx.now - max(since, last.since) < wait:
             return
     elif ctx.now - last.since < wait:
         return
-    by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.commit_cadence))
+    by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.cadence_at(ctx.now)))
 
 
 def stopped(ctx: GroupContext) -> Iterator[Finding]:

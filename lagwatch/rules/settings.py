@@ -153,6 +153,15 @@ class RulesConfig(RuleSet):
     def base(self) -> dict[str, Any]:
         return self.model_dump(exclude={"labels", "overrides"})
 
+    def longest_stalled_window_s(self) -> float:
+        """The longest `stalled.window_s`, in the defaults or any override."""
+        windows = [self.stalled.window_s]
+        for override in self.overrides:
+            raw = override.rules.get("stalled")
+            if isinstance(raw, dict):
+                windows.append(float(raw.get("window_s", 0)))
+        return max(windows)
+
     def longest_window_s(self) -> float:
         """The longest stretch of per-poll history any rule reads, in the defaults or any override: the history
         keeps enough polls for it."""
