@@ -203,9 +203,8 @@ class Daemon:
             history = ClusterHistory(name)
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
-        # Also twice the longest stalled window: the commit waits `stalled` learns are measured on the rings.
-        longest = max(self.settings.rules.longest_window_s(), 2 * self.settings.rules.longest_stalled_window_s())
-        history.keep = polls_to_keep(longest, config.poll_interval_s)
+        # Also twice the longest stalled window that learns: the commit waits are measured on the rings.
+        history.keep = polls_to_keep(self.settings.rules.longest_history_s(), config.poll_interval_s)
         if isinstance(self.clock, SteadyClock) and history.last_ok_poll is not None:
             # Saved under a host clock since set back: the next polls must still come after the saved ones.
             self.clock.not_before(history.last_ok_poll)

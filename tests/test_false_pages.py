@@ -560,3 +560,54 @@ def test_stalls_are_not_learnt_an_old_cadence_ages_and_a_poll_without_the_commit
     told = [(n.kind, n.created_at) for n in flaky.sent if any(a["rule"] == "stalled" for a in n.alerts)]
     assert told and told[0][0] == "firing" and told[0][1] - 7200 <= 360
     assert [kind for kind, _ in told] == ["firing"], told  # and no resolve at the polls without the commit
+
+
+def test_a_batch_consumer_an_idle_sink_a_recreated_topic_and_a_wait_of_twice_the_window() -> None:
+    """The fifth review:
+    - a consumer that wakes every 9 minutes and commits at each poll for 2.5 minutes learnt nothing (its burst
+      of commits a poll apart counted as a busy consumer's) and paged every cycle: a burst that short is not;
+    - a sink whose topic is idle for more than an hour kept no cadence (it aged by time) and paged the first
+      flush after: a cadence is forgotten only after an hour of commits a poll apart;
+    - a topic deleted and made again under an assigned group: the new topic's first commit was compared with
+      the old topic's last and reported as a rewind;
+    - a sink flushing every 10.5 minutes waits exactly twice the window: learnt."""
+    batch, end, committed = Pipeline({"lag": {"enabled": False}}), 0, 0
+    for i in range(720):
+        end += 30
+        phase = i % 18
+        if phase < 5:
+            committed = end - 30 * (4 - phase) if phase < 4 else end
+        batch.step(snapshot(i * 30.0, [group("batch", committed={TP: committed})], {TP: end}))
+    assert batch.history.groups["batch"].partitions[TP].commit_cadence == 390.0
+    assert [n for n in batch.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+
+    idle = Pipeline({"lag": {"enabled": False}})
+    end = committed = 0
+    for i in range(960):  # 6-minute flushes for 2 h, then an idle topic for 2 h, then records again, twice
+        t = i * 30.0
+        if (i // 240) % 2 == 0:
+            end += 100
+        if t % 360 == 0:
+            committed = end
+        idle.step(snapshot(t, [group("sink", committed={TP: committed})], {TP: end}))
+    assert [n for n in idle.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+
+    recreated, end = Pipeline(), 4000
+    for i in range(20):
+        t = i * 30.0
+        if i < 10:
+            end += 100
+            recreated.step(snapshot(t, [group(committed={TP: end})], {TP: end}))
+        elif i == 10:  # deleted: no commit for it any more, still in the member's assignment
+            recreated.step(snapshot(t, [group(committed={}, assigned=(TP,))], {}))
+        else:
+            end = 20 * (i - 10)
+            recreated.step(snapshot(t, [group(committed={TP: end})], {TP: end}))
+    assert recreated.history.groups["g"].rewinds == {} and not recreated.sent
+
+    edge = Pipeline({"lag": {"enabled": False}})
+    for i in range(1440):
+        t = i * 30.0
+        edge.step(snapshot(t, [group("sink", committed={TP: int(10 * (t - t % 630))})], {TP: int(10 * t)}))
+    assert edge.history.groups["sink"].partitions[TP].commit_cadence == 600.0
+    assert len([n for n in edge.sent if any(a["rule"] == "stalled" for a in n.alerts)]) <= 2  # the first hour

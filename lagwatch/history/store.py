@@ -42,7 +42,10 @@ MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
 COMMIT_WAITS_KEPT = 5  # a partition's latest waits for a commit with records waiting: its commit cadence
 COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
-SHORT_COMMITS_AT_MOST = 2  # between two waits of a partition that may be learnt (PartitionProgress.short_commits)
+# A wait is learnt only after a run of commits a poll apart no longer than twice the window (a sink's second
+# commit after a flush, a batch consumer's burst), not after a long one (a busy consumer's hang: a stall, paged;
+# learnt, it hid the next ones). A cadence is not used once such a run has lasted this long (a former sink).
+SHORT_RUN_FORGETS_S = 3600.0
 DEFAULT_STALL_WINDOW_S = 300.0  # the stalled window when no rules are given (ClusterHistory.stall_window_of)
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
 # twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
@@ -103,16 +106,14 @@ class PartitionProgress:
     last_commit_change: Clock | None = None
     # How long records waited for this partition's commit, the last few times it took longer than a poll (a sink
     # that flushes every 6 minutes): seconds from the first poll that saw records waiting to the poll that saw the
-    # commit, within unbroken observation, shorter than twice the window and not between the commits of a consumer
-    # that commits at every poll (a wait that long, or a hang, was a stall that paged: learnt, it made the next one
-    # page later). Empty for a consumer that commits at
-    # every poll or as soon as a record comes: `stalled` then waits its window; else twice the longest of them.
+    # commit, within unbroken observation, no longer than twice the window and not after a long run of commits a
+    # poll apart (a wait that long, or a busy consumer's hang, was a stall that paged: learnt, it made the next
+    # ones page later). Empty for a consumer that commits at every poll or as soon as a record comes: `stalled`
+    # then waits its window; else twice the longest of them.
     waits: tuple[float, ...] = ()
     waits_at: float | None = None  # when the last of them was learnt
-    # Commits a poll after the one before, since the last that took longer (counted to SHORT_COMMITS_AT_MOST + 1):
-    # a sink has none or one between its waits (a second commit right after a flush), a consumer that commits at
-    # every poll has dozens between its hangs, which are stalls (they paged) and are not learnt.
-    short_commits: int = 0
+    # When the current run of commits a poll after the one before began (None: the last commit took longer).
+    short_since: float | None = None
 
     @property
     def commit_cadence(self) -> float | None:
@@ -123,13 +124,11 @@ class PartitionProgress:
         return max(waits) if len(waits) >= COMMIT_WAITS_NEEDED else None
 
     def cadence_at(self, now: float) -> float | None:
-        """commit_cadence, while it is fresh (a wait learnt within an hour, or ten cadences, of `now`), for paging.
-        A sink that became a consumer committing at every poll learns no new wait, and its old cadence held its
-        hangs back for ever (a save from before this check has no time, and counts as old). Learning goes on
-        from the stale one: a sink that hung longer than that learns its flushes again."""
+        """commit_cadence, for paging, unless the partition has committed at every poll for SHORT_RUN_FORGETS_S
+        (a sink that became a consumer committing at every poll learns no new wait, and its old cadence held its
+        hangs back for good). Not aged by time alone: a sink's topic idle for a night keeps its cadence."""
         cadence = self.commit_cadence
-        at = self.waits_at
-        if cadence is None or at is None or now - at > max(LEARNING_S, 10 * cadence):
+        if cadence is None or (self.short_since is not None and now - self.short_since > SHORT_RUN_FORGETS_S):
             return None
         return cadence
 
@@ -561,20 +560,22 @@ class ClusterHistory:
             ring = progress.committed
             if offset is not None:
                 previous = ring.last
-                if previous <= NO_VALUE:
-                    # A poll without this partition's commit (a partition-level OffsetFetch error) says nothing
-                    # of it: the offset before it is compared (one such poll restarted a hung consumer's clock).
-                    previous = next((v for v in reversed(ring.values) if v > NO_VALUE), previous)
-                if previous <= NO_VALUE:  # no sample yet, or nothing committed at the last ones
+                if previous <= NO_VALUE and offset == next((v for v in reversed(ring.values) if v > NO_VALUE), None):
+                    # A poll without this partition's commit (a partition-level OffsetFetch error), and the same
+                    # offset before and after it: nothing happened (that poll restarted a hung consumer's clock).
+                    # A different one is taken as new (a topic deleted and made again: no rewind of the old one).
+                    pass
+                elif previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
                     progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
                 elif offset != previous:
                     last = progress.last_commit_change
                     if last is not None and last.since < previous_poll_t:
-                        if last.observed and progress.short_commits <= SHORT_COMMITS_AT_MOST:
-                            self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since)
-                        progress.short_commits = 0
-                    elif progress.short_commits <= SHORT_COMMITS_AT_MOST:
-                        progress.short_commits += 1
+                        short_run = 0.0 if progress.short_since is None else last.since - progress.short_since
+                        if last.observed:
+                            self._commit_wait(group.group_id, progress, tp, poll, previous, now, last.since, short_run)
+                        progress.short_since = None
+                    elif progress.short_since is None:
+                        progress.short_since = now
                     progress.last_commit_change = Clock(now, observed=True)
                     if offset < previous:
                         track.rewinds[tp] = (now, previous, offset)
@@ -609,11 +610,13 @@ class ClusterHistory:
         previous: int,
         now: float,
         last_change: float,
+        short_run: float,
     ) -> None:
         """The commit of `tp` seen at this poll ended a wait of more than a poll: how long records had been
         waiting for it (`waiting_since` at the poll before) goes into the partition's waits, if it is known (not
-        from before the kept polls: that counted a quiet topic's idle hours) and shorter than twice the window (a
-        longer one paged). A consumer that commits as soon as a record comes is caught up at
+        from before the kept polls: that counted a quiet topic's idle hours), no longer than twice the window (a
+        longer one paged), and after a run of commits a poll apart (`short_run` s) no longer than that either
+        (SHORT_RUN_FORGETS_S). A consumer that commits as soon as a record comes is caught up at
         polls (the time between records is no cadence), and a commit seen first after a blind spell is no
         measure: neither is recorded."""
         evidence = self.evidence_start(group_id)
@@ -625,7 +628,7 @@ class ClusterHistory:
         window = self.stall_window_of(group_id, tp) if self.stall_window_of is not None else DEFAULT_STALL_WINDOW_S
         if window is None:
             return
-        if now - since < 2 * window:
+        if now - since <= 2 * window and short_run <= 2 * window:
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - since)
             progress.waits_at = now
 

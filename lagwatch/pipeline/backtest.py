@@ -97,7 +97,7 @@ class Replayer:
         history = ClusterHistory(cluster, max_gap_s=params.max_gap_s)
         # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
         # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
-        longest = RulesConfig.model_validate(rules).longest_window_s()
+        longest = RulesConfig.model_validate(rules).longest_history_s()
         history.keep = max(MAX_SAMPLES, polls_to_keep(longest, max(1.0, params.max_gap_s / 4)))
         self.pipeline = ClusterPipeline(
             cluster, history, RuleResolver(RulesConfig.model_validate(rules)), self.book, params.read_committed

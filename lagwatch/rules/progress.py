@@ -51,7 +51,10 @@ def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, le
     records waiting that long at every flush)."""
     if not learn or ctx.track is None:
         return window
-    return stall_threshold(window, progress.cadence_at(ctx.now), ctx.track.first_seen, ctx.now)
+    cadence = progress.cadence_at(ctx.now)
+    if cadence is not None and cadence > 2 * window:  # never learnt so (saved by an earlier build): not trusted
+        cadence = None
+    return stall_threshold(window, cadence, ctx.track.first_seen, ctx.now)
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:

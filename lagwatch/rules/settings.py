@@ -154,13 +154,19 @@ class RulesConfig(RuleSet):
         return self.model_dump(exclude={"labels", "overrides"})
 
     def longest_stalled_window_s(self) -> float:
-        """The longest `stalled.window_s`, in the defaults or any override."""
-        windows = [self.stalled.window_s]
+        """The longest `stalled.window_s` that learns commit cadences, in the defaults or any override."""
+        windows = [self.stalled.window_s if self.stalled.learn_commit_interval else 0.0]
         for override in self.overrides:
             raw = override.rules.get("stalled")
-            if isinstance(raw, dict):
+            if isinstance(raw, dict) and raw.get("learn_commit_interval", True):
                 windows.append(float(raw.get("window_s", 0)))
         return max(windows)
+
+    def longest_history_s(self) -> float:
+        """How far back the history's rings must reach: the longest window a rule reads, and twice the longest
+        stalled window (the commit waits `stalled` learns are measured on them). The daemon and the backtest
+        size their rings alike."""
+        return max(self.longest_window_s(), 2 * self.longest_stalled_window_s())
 
     def longest_window_s(self) -> float:
         """The longest stretch of per-poll history any rule reads, in the defaults or any override: the history
