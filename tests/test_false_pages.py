@@ -611,3 +611,14 @@ def test_a_batch_consumer_an_idle_sink_a_recreated_topic_and_a_wait_of_twice_the
         edge.step(snapshot(t, [group("sink", committed={TP: int(10 * (t - t % 630))})], {TP: int(10 * t)}))
     assert edge.history.groups["sink"].partitions[TP].commit_cadence == 600.0
     assert len([n for n in edge.sent if any(a["rule"] == "stalled" for a in n.alerts)]) <= 2  # the first hour
+
+
+def test_a_poll_without_a_partitions_commit_resolves_nothing() -> None:
+    """A consumer stuck (members there, records arriving) pages `lag`; one poll's OffsetFetch answer leaves the
+    partition out (a partition-level error). That poll resolved the lag alert, and the next paged it again."""
+    p = Pipeline({"lag": {"warning": {"offsets": 1000}, "for_s": 0}, "stalled": {"enabled": False}})
+    for i in range(40):
+        t = i * 30.0
+        committed = {} if i == 30 else {TP: 100}
+        p.step(snapshot(t, [group(committed=committed, assigned=(TP,))], {TP: 2000 + 100 * i}))
+    assert [n.kind for n in p.sent] == ["firing"], [(n.kind, n.created_at) for n in p.sent]
