@@ -602,9 +602,8 @@ class ClusterHistory:
             track.vanished = Vanished(
                 now, gone_offsets, group_gone=False, clocks=self._expiry_clocks(group.group_id, gone_offsets)
             )
-            for tp in gone_offsets:
-                if tp not in assigned:
-                    del track.partitions[tp]
+            for tp in gone_offsets:  # none is assigned (`dropped` leaves those out)
+                del track.partitions[tp]
 
     def _commit_wait(
         self,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack, measure_group
 from lagwatch.history.rings import NO_VALUE
-from lagwatch.lag import GroupLag, group_lag
+from lagwatch.lag import group_lag
 from lagwatch.model import ClusterSnapshot, Finding, TopicPartition
 from lagwatch.rules import expiry, progress, thresholds
 from lagwatch.rules.context import GroupContext
@@ -84,15 +84,17 @@ def evaluate(
             partial.add((group.group_id, None))
             partial.update((group.group_id, t.topic) for t in lag.topics if t.unknown)
         track = history.groups.get(group.group_id)
-        if track is not None and len(lag.tps) > len(group.committed) and _commits_missing(lag, track):
+        if track is not None and len(lag.tps) > len(group.committed):  # some row without a commit: look
             # A partition it committed before has no commit this poll (a partition-level OffsetFetch error): as
             # for an unread log end, that topic's alerts and the group's are kept (the poll resolved its lag).
-            partial.add((group.group_id, None))
-            partial.update(
-                (group.group_id, tp.topic)
+            missing = {
+                tp.topic
                 for tp, row in zip(lag.tps, lag.partitions, strict=True)
                 if row.committed is None and _committed_before(track, tp)
-            )
+            }
+            if missing:
+                partial.add((group.group_id, None))
+                partial.update((group.group_id, topic) for topic in missing)
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
@@ -120,12 +122,6 @@ def _committed_before(track: GroupTrack, tp: TopicPartition) -> bool:
     """Whether the group had a commit on `tp` at a poll before this one (this one's sample is the newest)."""
     progress = track.partitions.get(tp)
     return progress is not None and any(v > NO_VALUE for v in progress.committed.values[:-1])
-
-
-def _commits_missing(lag: GroupLag, track: GroupTrack) -> bool:
-    return any(
-        row.committed is None and _committed_before(track, tp) for tp, row in zip(lag.tps, lag.partitions, strict=True)
-    )
 
 
 def _poll_problem(
