@@ -204,7 +204,7 @@ class StateDatabase:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            raise RuntimeError("state database is closed")
+            raise StateClosedError("state database is closed")
         return self._db
 
     @contextlib.contextmanager
@@ -458,6 +458,10 @@ class StateDatabase:
                 "ON CONFLICT(cluster) DO UPDATE SET previous = history.body, body = excluded.body",
                 (cluster, body),
             )
+
+
+class StateClosedError(RuntimeError):
+    """A write after the stop closed the database."""
 
 
 class _NewerSchemaError(Exception):

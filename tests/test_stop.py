@@ -1,0 +1,167 @@
+"""`lagwatch run` stops well inside Kubernetes' 30-s grace period, whatever its brokers and receivers do."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lagwatch import daemon as daemon_module
+from lagwatch.config import ClusterConfig, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.model import ClusterSnapshot
+from lagwatch.notify.settings import WebhookConfig
+from lagwatch.notify.webhook import WebhookNotifier
+from tests.conftest import wait_for
+from tests.synthetic import TP, group, snapshot
+
+
+def test_sigterm_while_a_poll_waits_on_a_silent_broker_exits_at_once(tmp_path: Path) -> None:
+    # A broker that takes connections and never answers: kafka-python's request waits out request_timeout_s (30 s),
+    # and the interpreter's exit used to join the scheduler's thread inside it: 19-29 s after SIGTERM.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        config = tmp_path / "lagwatch.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "state_dir": str(tmp_path / "state"),
+                    "clusters": {"silent": {"bootstrap_servers": [f"127.0.0.1:{port}"], "request_timeout_s": 60}},
+                    "http": {"enabled": False},
+                }
+            )
+        )
+        log = tmp_path / "run.log"
+        with open(log, "wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            wait_for(lambda: '"lagwatch running"' in log.read_text(), timeout=30, what="the daemon's start")
+            time.sleep(2)  # the first poll is under way, waiting on the broker
+            assert process.poll() is None
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=60)
+            took = time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    text = log.read_text()
+    assert code == 0, text
+    assert took < 12, f"exited {took:.1f} s after SIGTERM"
+    assert '"lagwatch stopped"' in text  # the state was saved first
+    assert "Traceback" not in text
+
+
+class SlowReceiver:
+    """A webhook receiver on loopback that answers each POST after `delay_s`, and counts what it took."""
+
+    def __init__(self, delay_s: float) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.delay_s, self.received, self.answered = delay_s, 0, 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.received += 1
+                time.sleep(outer.delay_s)
+                self.send_response(200)
+                self.end_headers()
+                outer.answered += 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class LaggingGroup:
+    def __init__(self) -> None:
+        self.t = time.time() - 600
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += 30
+        return snapshot(self.t, [group("g", committed={TP: 10})], {TP: 500})
+
+    def close(self) -> None:
+        pass
+
+
+def _daemon_with_hook(state: Path, url: str) -> Daemon:
+    settings = load_settings(
+        state_dir=state,
+        http={"enabled": False},
+        rules={"lag": {"for_s": 0, "warning": {"offsets": 100}}},
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+    )
+    polls = LaggingGroup()
+    return Daemon(
+        settings,
+        clusters={"a": ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=30)},
+        notifiers={"hook": WebhookNotifier("hook", WebhookConfig(url=url, timeout_s=30))},
+        poller_factory=lambda name, _: polls,
+        reader_factory=None,
+    )
+
+
+def test_a_send_under_way_at_the_stop_is_waited_for_and_its_outcome_saved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A webhook answering in 3 s, a stop whose polls' grace is 1 s: the stop used to give the send what was left of
+    # that grace, close the state database under it, log a traceback when it ended, and send it again at the restart.
+    receiver = SlowReceiver(delay_s=3)
+    try:
+        daemon = _daemon_with_hook(tmp_path, receiver.url).start()
+        wait_for(lambda: receiver.received == 1, timeout=20, what="the firing notification's send")
+        daemon.stop(grace_s=1)
+        assert receiver.answered == 1
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        again = _daemon_with_hook(tmp_path, receiver.url)
+        assert again.outbox.pending() == 0  # delivered, and known to be: nothing is sent twice
+        again.store.close()
+    finally:
+        receiver.stop()
+
+
+def test_a_send_that_outlasts_the_stop_is_one_line_not_a_traceback_and_is_sent_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon_module, "SEND_STOP_WAIT_S", 1.0, raising=False)
+    receiver = SlowReceiver(delay_s=3)
+    try:
+        daemon = _daemon_with_hook(tmp_path, receiver.url).start()
+        wait_for(lambda: receiver.received == 1, timeout=20, what="the firing notification's send")
+        daemon.stop(grace_s=1)
+        wait_for(lambda: receiver.answered == 1, timeout=10, what="the receiver's answer")
+        time.sleep(0.5)  # the worker has seen the answer, and tried to save it
+        assert "Traceback" not in caplog.text and not [r for r in caplog.records if r.exc_info]
+        (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert "not saved" in line.getMessage()
+        again = _daemon_with_hook(tmp_path, receiver.url)
+        assert again.outbox.pending("hook") == 1  # at least once: the receiver may see it twice, never zero times
+        again.store.close()
+    finally:
+        receiver.stop()
