@@ -622,3 +622,26 @@ def test_a_poll_without_a_partitions_commit_resolves_nothing() -> None:
         committed = {} if i == 30 else {TP: 100}
         p.step(snapshot(t, [group(committed=committed, assigned=(TP,))], {TP: 2000 + 100 * i}))
     assert [n.kind for n in p.sent] == ["firing"], [(n.kind, n.created_at) for n in p.sent]
+
+
+def test_a_poll_without_one_partitions_commit_does_not_ease_a_critical_lag() -> None:
+    """A topic of two partitions, one far behind (critical on the topic's sum), one a little: one poll's
+    OffsetFetch answer leaves the far one out. The rest said warning, and the alert eased to warning at that poll
+    and went back to critical at the next: two false updates."""
+    second = TopicPartition("orders", 1)
+    p = Pipeline(
+        {
+            "lag": {"warning": {"offsets": 1000}, "critical": {"offsets": 10000}, "for_s": 0},
+            "stalled": {"enabled": False},
+        }
+    )
+    for i in range(40):
+        t = i * 30.0
+        committed = {second: 100} if i == 30 else {TP: 100, second: 100}
+        ends = {TP: 20000 + 100 * i, second: 2000 + 100 * i}
+        p.step(snapshot(t, [group(committed=committed, assigned=(TP, second))], ends))
+    assert [(n.kind, n.severity) for n in p.sent] == [("firing", "critical")], [
+        (n.kind, n.severity, n.created_at) for n in p.sent
+    ]
+    (lag,) = [a for a in p.book.alerts.values() if a.rule == "lag"]
+    assert lag.severity == "critical"

@@ -206,12 +206,22 @@ class AlertBook:
         partial: frozenset[tuple[str, str | None]] = frozenset(),
     ) -> None:
         """`partial`: (group, topic) read only in part this time, topic None for the group's own alerts; their
-        alerts not found stay exactly as they are."""
+        alerts not found stay exactly as they are, and so do those found at a lower severity: what the rest says
+        may raise them, never lower them (one poll without a partition's commit eased a critical lag to warning,
+        and the next raised it again: two false updates)."""
         seen = set()
         for f in findings:
             key = f.key
             seen.add(key)
             alert = self.alerts.get(key)
+            if (
+                partial
+                and alert is not None
+                and alert.state == "firing"
+                and (f.group, f.labels.get("topic")) in partial
+                and _RANK.get(f.severity, 0) < _RANK.get(alert.severity, 0)
+            ):
+                continue
             if alert is None or alert.state == "resolved":
                 alert = Alert(
                     key=key,
