@@ -458,3 +458,45 @@ def test_recommitting_simple_group_unwarned_while_a_left_group_is_warned_before_
         seen = polls.of(simple)
         assert len(seen) >= 65 and seen[-1][0] - seen[0][0] >= 65, len(seen)
         assert polls.count() == len(seen)  # its committed offsets were there at every poll
+
+
+def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_not(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Two groups subscribed to a topic receiving records: one commits what it reads, the other reads and never
+    commits (stuck before its first commit). The second has no committed offset, so no lag: it paged nothing
+    at all. `no_commit` pages it once the window is covered, and resolves when it commits."""
+    prefix = unique("nocommit")
+    topic = f"{prefix}-t"
+    kafka_scenario.create_topic(bootstrap, topic, 2)
+    kafka_scenario.produce(bootstrap, topic, {0: 5, 1: 5})
+    stuck = kafka_scenario.subscribed_consumer(bootstrap, f"{prefix}-stuck", [topic])
+    healthy = kafka_scenario.subscribed_consumer(bootstrap, f"{prefix}-healthy", [topic])
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    recorder = Recorder()
+    rules = WINDOWS | {"no_commit": {"window_s": 4}, "lag": {"warning": {"offsets": 1000}, "for_s": 0}}
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    try:
+        daemon.start()
+        deadline = time.time() + 60
+        while time.time() < deadline and not recorder.kinds(f"{prefix}-stuck"):
+            for p in (0, 1):
+                producer.send(topic, b"x", partition=p)
+            producer.flush()
+            stuck.poll(200)  # reads, and heartbeats: a live member
+            healthy.poll(200)
+            healthy.commit()
+            time.sleep(0.3)
+        assert recorder.kinds(f"{prefix}-stuck") == [("firing", ("no_commit",))]
+        (alert,) = recorder.sent[0].alerts
+        assert alert["labels"]["topic"] == topic and sorted(alert["details"]["partitions"]) == [0, 1]
+        stuck.poll(200)
+        stuck.commit()
+        wait_for(lambda: len(recorder.kinds(f"{prefix}-stuck")) == 2, timeout=20, what="the resolve")
+        assert recorder.kinds(f"{prefix}-stuck")[1][0] == "resolved"
+    finally:
+        daemon.stop()
+        producer.close()
+        stuck.close()
+        healthy.close()
+    assert recorder.kinds(f"{prefix}-healthy") == []

@@ -17,6 +17,7 @@ GROUP_RULES: tuple[Callable[[GroupContext], Iterator[Finding]], ...] = (
     thresholds.lag_over_threshold,
     thresholds.below_log_start,
     progress.stalled,
+    progress.no_commit,
     progress.stopped,
     progress.falling_behind,
     progress.rewind,

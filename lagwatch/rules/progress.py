@@ -159,6 +159,65 @@ def _stalled_partition(
     by_topic.setdefault(tp.topic, []).append((tp.partition, wait, progress.cadence_at(ctx.now)))
 
 
+def no_commit(ctx: GroupContext) -> Iterator[Finding]:
+    """Members are assigned a partition, records arrived on it over the whole window, and the group has no
+    committed offset there at any poll of it: a consumer stuck before its first commit (or one that keeps its
+    offsets elsewhere). Its lag cannot be measured (kafka-consumer-groups shows "-"), so no other rule pages it.
+    The partition must have been assigned at every poll of the window: one just handed over in a rebalance is not
+    judged, nor is a quiet one (no record arrived: nothing to commit)."""
+    lag = ctx.measure.lag
+    if ctx.track is None:
+        return
+    if _between_generations(ctx):  # nothing is assigned at this poll: it cannot tell
+        for topic in {tp.topic for tp in ctx.track.partitions}:
+            ctx.hold("no_commit", topic)
+        return
+    if len(lag.tps) == len(ctx.group.committed) or not _has_members(ctx):  # every row committed: the common case
+        return
+    history = ctx.history
+    newest = history.poll_times_first + len(history.poll_times) - 1
+    by_topic: dict[str, list[tuple[int, int]]] = {}  # partition, records that arrived over the window
+    for tp, row in zip(lag.tps, lag.partitions, strict=True):
+        if row.committed is not None or row.member_id is None:
+            continue
+        rule = ctx.rules(tp.topic)[0].no_commit
+        if not rule.enabled:
+            continue
+        progress = ctx.track.partitions.get(tp)
+        if progress is None:
+            continue
+        if not ctx.covered(rule.window_s):
+            ctx.hold("no_commit", tp.topic)
+            continue
+        start = history.window_start(ctx.now - rule.window_s)
+        samples = history.window(progress, tp, ctx.now - rule.window_s)
+        if start is None or not _covered(samples, ctx.now - rule.window_s):
+            continue
+        if len(samples) != newest - start + 1 or samples[-1].log_end is None or samples[0].log_end is None:
+            ctx.hold("no_commit", tp.topic)  # not assigned at some poll of it, or a log end unread: cannot tell
+            continue
+        if any(s.committed is not None for s in samples):
+            continue  # it committed within the window: `stalled` judges it
+        arrived = samples[-1].log_end - samples[0].log_end
+        if arrived > 0:
+            by_topic.setdefault(tp.topic, []).append((tp.partition, arrived))
+    for topic, rows in sorted(by_topic.items()):
+        rule = ctx.rules(topic)[0].no_commit
+        rows.sort()
+        arrived = sum(n for _, n in rows)
+        yield ctx.finding(
+            "no_commit",
+            rule.severity,
+            f"{ctx.group.group_id} has members assigned {partitions([(topic, p) for p, _ in rows])} but no committed "
+            f"offset there, although {arrived} records arrived in the last {duration(rule.window_s)}: its lag "
+            "cannot be measured, and a restart would resume from auto.offset.reset",
+            topic=topic,
+            details={"partitions": [p for p, _ in rows], "records_arrived": arrived, "window_s": rule.window_s},
+            for_s=rule.for_s,
+            runbook_url=rule.runbook_url,
+        )
+
+
 def stopped(ctx: GroupContext) -> Iterator[Finding]:
     """No consumer at all: an Empty group with lag (for longer than the window), or, for groups without
     membership (assign(), Spark checkpoints), no commit progress over the window while lag grew."""

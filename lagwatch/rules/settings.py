@@ -55,6 +55,12 @@ class StalledRule(WindowRule):
     )
 
 
+class NoCommitRule(WindowRule):
+    """Members assigned a partition with records arriving over the whole window, and no committed offset there."""
+
+    window_s: float = Field(default=600.0, gt=0)
+
+
 class StoppedRule(WindowRule):
     severity: Severity = "critical"
     window_s: float = Field(default=120.0, gt=0)
@@ -96,6 +102,7 @@ class RuleSet(_Strict):
     lag: LagRule = LagRule()
     stalled: StalledRule = StalledRule()
     stopped: StoppedRule = StoppedRule()
+    no_commit: NoCommitRule = NoCommitRule()
     falling_behind: FallingBehindRule = FallingBehindRule()
     rewind: RewindRule = RewindRule()
     expiry: ExpiryRule = ExpiryRule()
@@ -182,7 +189,7 @@ class RulesConfig(RuleSet):
 
 
 # The rules that read the per-poll samples over their window (rewind keeps its own record of each move).
-_SAMPLE_WINDOW_RULES = ("stalled", "stopped", "falling_behind")
+_SAMPLE_WINDOW_RULES = ("stalled", "stopped", "falling_behind", "no_commit")
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,92 @@
+"""`no_commit`: members assigned a partition on which records arrive, and no committed offset there. Its lag cannot
+be measured (kafka-consumer-groups shows "-"), so before this rule a consumer stuck before its first commit paged
+nothing at all. Polls every 30 s, the rule's defaults (warning, a 10-minute window), through the pipeline step."""
+
+from __future__ import annotations
+
+from lagwatch.model import TopicPartition
+from tests.synthetic import TP, Pipeline, group, snapshot
+
+INTERVAL = 30.0
+SECOND = TopicPartition("orders", 1)
+QUIET = {"lag": {"enabled": False}, "stalled": {"enabled": False}}  # the rules that judge committed partitions
+
+
+def run(polls: int, poll: object, rules: dict | None = None) -> Pipeline:  # type: ignore[type-arg]
+    p = Pipeline({**QUIET, **(rules or {})}, max_gap_s=2 * INTERVAL + 5)
+    for i in range(polls):
+        p.step(poll(i, i * INTERVAL))  # type: ignore[operator]
+    return p
+
+
+def told(p: Pipeline) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(n.kind, n.severity, tuple(sorted(a["rule"] for a in n.alerts))) for n in p.sent]
+
+
+def test_a_consumer_stuck_before_its_first_commit_is_paged_after_the_window_and_resolves_once_it_commits() -> None:
+    first_commit = 40
+
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        committed = {TP: 30 * i} if i >= first_commit else {}
+        return snapshot(t, [group("new-app", committed=committed, assigned=(TP,))], {TP: 1000 + 30 * i})
+
+    p = run(60, poll)
+    assert told(p) == [("firing", "warning", ("no_commit",)), ("resolved", "resolved", ("no_commit",))], told(p)
+    fired, resolved = p.sent
+    # Judged once the window is covered: 20 polls of 30 s, the first one at t=0 (the window starts at it).
+    assert fired.created_at == 600.0
+    assert resolved.created_at == first_commit * INTERVAL
+    (alert,) = fired.alerts
+    assert alert["labels"]["topic"] == "orders"
+    assert "no committed offset" in alert["summary"] and "600 records arrived" in alert["summary"]
+
+
+def test_only_the_stuck_partition_is_named_and_a_quiet_one_is_not() -> None:
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        ends = {TP: 1000 + 10 * i, SECOND: 500}  # records arrive on TP only
+        return snapshot(t, [group("app", committed={}, assigned=(TP, SECOND))], ends)
+
+    p = run(30, poll)
+    assert told(p) == [("firing", "warning", ("no_commit",))]
+    assert p.sent[0].alerts[0]["details"]["partitions"] == [0]
+
+
+def test_nothing_for_quiet_partitions_committed_ones_or_a_partition_handed_over_within_the_window() -> None:
+    def quiet(i: int, t: float):  # type: ignore[no-untyped-def]
+        return snapshot(t, [group("idle", committed={}, assigned=(TP,))], {TP: 1000})
+
+    def committing(i: int, t: float):  # type: ignore[no-untyped-def]
+        return snapshot(t, [group("ok", committed={TP: 1000 + 10 * i}, assigned=(TP,))], {TP: 1000 + 10 * i})
+
+    def handed_over(i: int, t: float):  # type: ignore[no-untyped-def]
+        # Assigned to this group's member only for the last 15 polls (a rebalance moved it): not a whole window.
+        assigned = (TP,) if i >= 15 else ()
+        return snapshot(t, [group("moved", committed={}, assigned=assigned, members=1)], {TP: 1000 + 10 * i})
+
+    for poll in (quiet, committing, handed_over):
+        assert told(run(30, poll)) == [], poll.__name__
+
+
+def test_a_rebalance_mid_incident_holds_the_alert_and_an_empty_group_is_left_to_stopped() -> None:
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        if i == 30:  # between two generations: no members at this poll
+            g = group("stuck", committed={}, state="PreparingRebalance", members=0)
+        elif i >= 40:  # every member gone: nothing is assigned, so nothing for this rule
+            g = group("stuck", committed={}, state="Empty", members=0)
+        else:
+            g = group("stuck", committed={}, assigned=(TP,))
+        return snapshot(t, [g], {TP: 1000 + 10 * i})
+
+    p = run(45, poll)
+    assert told(p) == [("firing", "warning", ("no_commit",)), ("resolved", "resolved", ("no_commit",))], told(p)
+    assert p.sent[1].created_at == 40 * INTERVAL  # not at the rebalance's poll
+
+
+def test_the_rule_can_be_turned_off_or_given_a_window_and_severity() -> None:
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        return snapshot(t, [group("app", committed={}, assigned=(TP,))], {TP: 1000 + 10 * i})
+
+    assert told(run(30, poll, {"no_commit": {"enabled": False}})) == []
+    p = run(30, poll, {"no_commit": {"window_s": 120, "severity": "critical"}})
+    assert told(p) == [("firing", "critical", ("no_commit",))]
+    assert p.sent[0].created_at == 120.0
