@@ -645,3 +645,47 @@ def test_a_poll_without_one_partitions_commit_does_not_ease_a_critical_lag() -> 
     ]
     (lag,) = [a for a in p.book.alerts.values() if a.rule == "lag"]
     assert lag.severity == "critical"
+
+
+def test_one_failed_poll_in_three_still_pages_a_hang() -> None:
+    """A flaky cluster: one poll in three times out, and a busy consumer hangs for good at 1 h. Each failed poll
+    restarted the evidence (no 5-minute window was ever covered) and dropped the pending `lag` alert (its 2-minute
+    `for` never ran out): nothing was notified for 3 hours, not even cluster_unreachable (never three failures in
+    a row). A failed poll within max_gap_s is no blind spell now, and pending alerts wait through it."""
+    p = Pipeline({}, {"group_wait_s": 30}, max_gap_s=90)
+    end, committed = 0, 0
+    for i in range(4 * 120):
+        t = i * 30.0
+        end += 3000
+        if t < 3600:
+            committed = end - 500
+        if i % 3 == 2:
+            p.step(snapshot(t, [], {}, error="request timed out"))
+        else:
+            p.step(snapshot(t, [group("orders-app", committed={TP: committed})], {TP: end}))
+    first = {}
+    for n in p.sent:
+        for a in n.alerts:
+            first.setdefault(a["rule"], n.created_at)
+    assert set(first) == {"stalled", "lag"}, first
+    assert first["stalled"] - 3600 <= 7 * 60  # its 5-minute window, and a poll or two
+    assert first["lag"] - 3600 <= 12 * 60  # 300 s behind, then its 2-minute `for`
+
+
+def test_polls_without_the_log_end_in_every_window_still_page_a_hang() -> None:
+    """A busy consumer hangs for good at 1 h while one poll in eight cannot read the partition's log end (leader
+    elections of a rolling restart). Every window held such a poll, and each held the stall instead of being
+    bridged: `stalled` never fired."""
+    p = Pipeline({"lag": {"enabled": False}}, {"group_wait_s": 30}, max_gap_s=90)
+    end, committed = 0, 0
+    for i in range(240):
+        t = i * 30.0
+        end += 3000
+        if t < 3600:
+            committed = end - 200
+        snap = snapshot(t, [group("app", committed={TP: committed})], {TP: end})
+        if i % 8 == 0:
+            snap = dataclasses.replace(snap, partitions={TP: PartitionOffsets(None, None, error="NOT_LEADER")})
+        p.step(snap)
+    fired = [n.created_at for n in p.sent if n.kind == "firing"]
+    assert fired and fired[0] - 3600 <= 6 * 60, [(n.kind, n.created_at) for n in p.sent]

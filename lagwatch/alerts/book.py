@@ -255,9 +255,11 @@ class AlertBook:
                 frozen_groups is not None and alert.group in frozen_groups
             )
             if frozen:
-                # Nothing is known of this scope now. A pending alert is dropped (never announced): after the
-                # outage its condition must hold for its whole `for` again, on fresh evidence.
-                if alert.state == "pending":
+                # Nothing is known of this scope now. A group that could not be read drops its pending alerts (never
+                # announced): its condition must hold for its whole `for` again, on fresh evidence. A failed poll
+                # of the whole cluster keeps them as they are: one failed poll in three dropped them all, and
+                # nothing ever fired; after a real outage (a blind spell), forget_pending drops them.
+                if alert.state == "pending" and frozen_groups is not None:
                     self._drop_pending(alert, now)
                 continue
             if key in held:
