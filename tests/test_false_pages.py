@@ -689,3 +689,26 @@ def test_polls_without_the_log_end_in_every_window_still_page_a_hang() -> None:
         p.step(snap)
     fired = [n.created_at for n in p.sent if n.kind == "firing"]
     assert fired and fired[0] - 3600 <= 6 * 60, [(n.kind, n.created_at) for n in p.sent]
+
+
+def test_a_partition_without_a_leader_for_hours_does_not_keep_a_drained_topics_lag_alert() -> None:
+    """A topic of two partitions lags critical; the second, caught up, loses its leader for 5 hours (nothing can be
+    produced to it). The consumer drains the first. The unread partition's lag counted for nothing, and held the
+    topic's alert: critical for the whole 5 hours, with repeats. It counts with its last log end read now."""
+    second = TopicPartition("orders", 1)
+    p = Pipeline({"lag": {"warning": {"offsets": 1000}, "critical": {"offsets": 10000}, "for_s": 0}}, max_gap_s=90)
+    for i in range(700):
+        t = i * 30.0
+        backlog = 50000 if i < 100 else max(0, 50000 - 2000 * (i - 100))
+        offline = 110 <= i < 110 + 600
+        snap = snapshot(t, [group(committed={TP: 100000 - backlog, second: 500}, assigned=(TP, second))],
+                        {TP: 100000, second: 500})  # fmt: skip
+        if offline:
+            offsets = dict(snap.partitions)
+            offsets[second] = PartitionOffsets(None, None, error="LEADER_NOT_AVAILABLE")
+            snap = dataclasses.replace(snap, partitions=offsets)
+        p.step(snap)
+        if i == 200:
+            assert p.firing() == {}, p.firing()  # drained at poll 125, its leader still gone
+    assert [(n.kind, n.severity) for n in p.sent][-1] == ("resolved", "resolved")
+    assert all(n.created_at <= 130 * 30 for n in p.sent), [(n.kind, n.severity, n.created_at) for n in p.sent]
