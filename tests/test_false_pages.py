@@ -712,3 +712,44 @@ def test_a_partition_without_a_leader_for_hours_does_not_keep_a_drained_topics_l
             assert p.firing() == {}, p.firing()  # drained at poll 125, its leader still gone
     assert [(n.kind, n.severity) for n in p.sent][-1] == ("resolved", "resolved")
     assert all(n.created_at <= 130 * 30 for n in p.sent), [(n.kind, n.severity, n.created_at) for n in p.sent]
+
+
+def test_a_crash_looping_consumer_is_one_stall_not_one_per_restart() -> None:
+    """A consumer crash-loops on a poison record from 30 min on: it never commits again, and one poll in three
+    sees the group Empty (between a crash and the restart). At each Empty poll the stall resolved, and it fired
+    again at the next: 16 notifications in 90 minutes with the default timing."""
+    p = Pipeline({"lag": {"enabled": False}}, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    end = committed = 0
+    for i in range(240):
+        t = i * 30.0
+        end += 3000
+        if t < 1800:
+            committed = end - 100
+            g = group("app", committed={TP: committed})
+        elif i % 3 == 0:
+            g = group("app", committed={TP: committed}, state="Empty", members=0)
+        else:
+            g = group("app", committed={TP: committed})
+        p.step(snapshot(t, [g], {TP: end}))
+    assert [n.kind for n in p.sent] == ["firing"], [(n.kind, n.created_at) for n in p.sent]
+    assert p.firing() == {"stalled": "critical"}
+
+
+def test_a_consumer_gone_for_good_resolves_its_stall_and_is_stopped() -> None:
+    """The hold through Empty polls lasts less than the window: a group whose members left for good has its
+    stall resolved, and `stopped` tells the story."""
+    p = Pipeline({"lag": {"enabled": False}}, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    end = committed = 0
+    for i in range(200):
+        t = i * 30.0
+        end += 3000
+        if t < 1800:
+            committed = end - 100
+        members = 0 if t >= 4800 else 1
+        state = "Empty" if members == 0 else "Stable"
+        p.step(snapshot(t, [group("app", committed={TP: committed}, state=state, members=members)], {TP: end}))
+    assert p.firing() == {"stopped": "critical"}  # the stall resolved (inhibited by `stopped` meanwhile)
+    assert [(n.kind, [a["rule"] for a in n.firing]) for n in p.sent] == [
+        ("firing", ["stalled"]),
+        ("update", ["stopped"]),
+    ]

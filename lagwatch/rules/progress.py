@@ -34,6 +34,16 @@ def _has_members(ctx: GroupContext) -> bool:
     return len(ctx.group.members) > 0
 
 
+def _members_gone_lately(ctx: GroupContext, window_s: float) -> bool:
+    """Every member gone (Empty) for less than `window_s`: a consumer crash-looping is seen between a crash and
+    its restart at one poll in a few. Rules that need members hold their alerts through it (a crash loop flapped
+    `stalled` fired and resolved at each restart: 16 notifications in 90 minutes); longer, `stopped` judges."""
+    if ctx.group.members or ctx.group.state != "Empty":
+        return False
+    clock = ctx.history.empty_clock(ctx.group.group_id)
+    return clock is not None and ctx.now - clock.since < window_s
+
+
 def _between_generations(ctx: GroupContext) -> bool:
     """No members because a rebalance is under way: rules that need members cannot judge this poll (one such
     poll resolved a stuck consumer's alerts and paged them again at the next)."""
@@ -69,6 +79,10 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             ctx.hold("stalled", topic)
         return
     if not _has_members(ctx):
+        if _members_gone_lately(ctx, ctx.rules()[0].stalled.window_s):
+            for topic in ctx.measure.lag.topics:
+                if topic.sum_lag > 0:  # records still wait: nothing that ended a stall happened
+                    ctx.hold("stalled", topic.topic)
         return
     by_topic: dict[str, list[tuple[int, float, float | None]]] = {}  # partition, the wait it passed, its cadence
     history = ctx.history
@@ -166,19 +180,18 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
     """Members are assigned a partition, records arrived on it over the whole window, and the group has no
     committed offset there at any poll of it: a consumer stuck before its first commit (or one that keeps its
     offsets elsewhere). Its lag cannot be measured (kafka-consumer-groups shows "-"), so no other rule pages it.
-    The partition must have been assigned at every poll of the window: one just handed over in a rebalance is not
-    judged, nor is a quiet one (no record arrived: nothing to commit)."""
+    The partition must have been assigned at the window's first poll and now (polls between, without members in
+    a crash loop, are bridged: a commit then would still show): one of a topic just subscribed is not judged, nor
+    is a quiet one (no record arrived: nothing to commit)."""
     lag = ctx.measure.lag
     if ctx.track is None:
         return
-    if _between_generations(ctx):  # nothing is assigned at this poll: it cannot tell
-        for topic in {tp.topic for tp in ctx.track.partitions}:
+    if _between_generations(ctx) or _members_gone_lately(ctx, ctx.rules()[0].no_commit.window_s):
+        for topic in {tp.topic for tp in ctx.track.partitions}:  # nothing is assigned at this poll: it cannot tell
             ctx.hold("no_commit", topic)
         return
     if len(lag.tps) == len(ctx.group.committed) or not _has_members(ctx):  # every row committed: the common case
         return
-    history = ctx.history
-    newest = history.poll_times_first + len(history.poll_times) - 1
     by_topic: dict[str, list[tuple[int, int]]] = {}  # partition, records that arrived over the window
     for tp, row in zip(lag.tps, lag.partitions, strict=True):
         if row.committed is not None or row.member_id is None:
@@ -192,12 +205,11 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(rule.window_s):
             ctx.hold("no_commit", tp.topic)
             continue
-        start = history.window_start(ctx.now - rule.window_s)
-        samples = history.window(progress, tp, ctx.now - rule.window_s)
-        if start is None or not _covered(samples, ctx.now - rule.window_s):
+        samples = ctx.history.window(progress, tp, ctx.now - rule.window_s)
+        if not _covered(samples, ctx.now - rule.window_s):
             continue
-        if len(samples) != newest - start + 1 or samples[-1].log_end is None or samples[0].log_end is None:
-            ctx.hold("no_commit", tp.topic)  # not assigned at some poll of it, or a log end unread: cannot tell
+        if samples[-1].log_end is None or samples[0].log_end is None:
+            ctx.hold("no_commit", tp.topic)  # a log end unread: cannot tell
             continue
         if any(s.committed is not None for s in samples):
             continue  # it committed within the window: `stalled` judges it
