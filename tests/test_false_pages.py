@@ -753,3 +753,23 @@ def test_a_consumer_gone_for_good_resolves_its_stall_and_is_stopped() -> None:
         ("firing", ["stalled"]),
         ("update", ["stopped"]),
     ]
+
+
+def test_a_poll_mid_rebalance_without_an_old_quiet_commit_is_no_expiry() -> None:
+    """A Stable group subscribed to two topics, one quiet (its offset committed 9 days ago: Kafka keeps it, the
+    topic is subscribed). One poll lands mid-rebalance (members, no assignment yet) and its OffsetFetch answer
+    leaves that partition out. The offset counted as vanished when due: `expired` critical at that poll."""
+    audit = TopicPartition("audit", 0)
+    p = Pipeline({}, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    t0 = 1_700_000_000.0
+    old = OffsetCommit("app", "audit", 0, 500, None, "", int((t0 - 9 * 86400) * 1000), None, 3)
+    end = 0
+    for i in range(60):
+        t = t0 + i * 30.0
+        end += 3000
+        g = group("app", committed={TP: end - 100, audit: 500}, subscribed=("orders", "audit"))
+        if i == 30:
+            g = group("app", committed={TP: end - 100}, state="CompletingRebalance", subscribed=("orders", "audit"),
+                      assigned=())  # fmt: skip
+        p.step(snapshot(t, [g], {TP: end, audit: 500}), [old] if i == 0 else [], caught_up=True)
+    assert p.sent == [], [(n.kind, [a["rule"] for a in n.alerts]) for n in p.sent]

@@ -547,11 +547,14 @@ class ClusterHistory:
         committed_now = group.committed
         partitions = track.partitions
         # Offsets committed at the last sample and not now: vanished (read before this poll's samples go in).
-        # Not an offset a member is assigned: Kafka expires no offset of a group with members on a topic it
-        # subscribes to; one missing is a poll without it (a partition-level OffsetFetch error), which paged
-        # `expired` and resolved it a poll later.
+        # Not an offset of a topic a member is assigned or subscribes to: Kafka expires no offset of a group with
+        # members on a topic it subscribes to; one missing is a poll without it (a partition-level OffsetFetch
+        # error), which paged `expired` and resolved it a poll later (mid-rebalance, with no assignment yet, too).
+        subscribed = {t for m in group.members for t in m.subscribed_topics}
         dropped = [
-            (tp, p.last_committed) for tp, p in partitions.items() if tp not in committed_now and tp not in assigned
+            (tp, p.last_committed)
+            for tp, p in partitions.items()
+            if tp not in committed_now and tp not in assigned and tp.topic not in subscribed
         ]
         # A commit last seen before the previous poll ended a wait of more than a poll: only then is it looked at
         # (a consumer that commits all the time costs one comparison a partition).
