@@ -91,7 +91,7 @@ def test_failed_poll_changes_nothing_and_vanished_offsets_are_remembered() -> No
     h.observe(snapshot(0, [group("a", committed={TP: 3})], {TP: 10}))
     h.observe(snapshot(10, [], {}, error="down"))
     assert h.groups["a"].vanished is None and h.groups["a"].gone_since is None
-    h.observe(snapshot(20, [group("a", committed={})], {TP: 10}))
+    h.observe(snapshot(20, [group("a", committed={}, state="Empty", members=0)], {TP: 10}))
     assert h.groups["a"].vanished is not None and h.groups["a"].vanished.offsets == {TP: 3}
 
 
