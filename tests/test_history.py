@@ -182,8 +182,10 @@ class _Reference:
         had = {tp for tp, rows in self.samples.items() if rows and rows[-1][2] is not None}
         for tp in {*committed, *assigned}:
             self.samples.setdefault(tp, []).append((self.good_polls, t, committed.get(tp), ends.get(tp)))
+        subscribed = {"orders"} if assigned else set()  # the member _replay makes subscribes to TP's topic
         for tp in had - set(committed) - assigned:
-            del self.samples[tp]
+            if tp.topic not in subscribed:  # Kafka expires no offset of a topic a member subscribes to
+                del self.samples[tp]
 
     def kept(self, tp: Any) -> list[tuple[float, int | None, int | None]]:
         from lagwatch.history.store import MAX_SAMPLES
