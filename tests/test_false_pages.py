@@ -421,6 +421,8 @@ def test_the_cadence_is_each_partitions_and_counts_only_time_with_records_waitin
     assert waits and set(waits) == {330.0}, waits  # the wait across the blind spell is not in it
     loaded = ClusterHistory.from_json(json.loads(json.dumps(sink.history.to_json())))
     assert loaded.groups["sink"].partitions[TP].waits == waits
+    learnt, kept = sink.history.groups["sink"].partitions[TP], loaded.groups["sink"].partitions[TP]
+    assert learnt.longest_wait == 330.0 and (kept.longest_wait, kept.longest_wait_at) == (330.0, learnt.longest_wait_at)
 
 
 def test_a_stall_of_one_staggered_partition_resolves_when_it_commits_again() -> None:
@@ -773,3 +775,56 @@ def test_a_poll_mid_rebalance_without_an_old_quiet_commit_is_no_expiry() -> None
                       assigned=())  # fmt: skip
         p.step(snapshot(t, [g], {TP: end, audit: 500}), [old] if i == 0 else [], caught_up=True)
     assert p.sent == [], [(n.kind, [a["rule"] for a in n.alerts]) for n in p.sent]
+
+
+def _daemon_like(rules: dict) -> Pipeline:  # type: ignore[type-arg]
+    """30 s polls, the gap and the rings as the daemon sizes them."""
+    from lagwatch.history import polls_to_keep
+    from lagwatch.rules import RulesConfig
+
+    p = Pipeline(rules, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    p.history.keep = polls_to_keep(RulesConfig.model_validate(rules).longest_history_s(), 30.0)
+    return p
+
+
+def test_a_sink_that_flushes_by_size_by_day_and_by_time_at_night_is_not_paged_each_night() -> None:
+    """flush.size 20000 and a 9-minute time rotation: by day (100 records/s) a flush every 200 s, at night (5/s)
+    every 9 minutes. Five short day waits made the cadence the window's, and each night's first 9-minute flush
+    paged `stalled` critical (3 pages in 3 days). The longest wait is kept a day beside the latest ones."""
+    p = _daemon_like({"lag": {"enabled": False}})
+    end, committed, opened = 0.0, 0, 0.0
+    for i in range(3 * 24 * 120):
+        t = i * 30.0
+        end += (100 if 7 <= (t / 3600) % 24 < 23 else 5) * 30
+        if end - committed >= 20000 or t - opened >= 540:
+            committed, opened = int(end), t
+        p.step(snapshot(t, [group("s3-sink", committed={TP: committed})], {TP: int(end)}))
+    assert [n.created_at for n in p.sent] == []
+
+
+def test_a_sinks_rarely_written_partitions_borrow_the_cadence_of_its_busy_ones() -> None:
+    """A sink flushes 12 partitions every 6 minutes; six get a record every 20 minutes or so. Their own waits are
+    too few to know after the first hour, or shorter than the flush interval (a record lands anywhere in it):
+    `stalled` paged them at the bare window. The longest cadence of the group's partitions of the topic counts."""
+    rnd = random.Random(11)
+    tps = [TopicPartition("orders", k) for k in range(12)]
+    arrivals = {}
+    for tp in tps[6:]:
+        t, times_ = 0.0, []
+        while t < 24 * 3600:
+            t += rnd.expovariate(1 / 1200)
+            times_.append(t)
+        arrivals[tp] = times_
+    p = _daemon_like({"lag": {"enabled": False}, "falling_behind": {"enabled": False}})
+    ends = dict.fromkeys(tps, 0)
+    committed = dict.fromkeys(tps, 0)
+    for i in range(24 * 120):
+        t = i * 30.0
+        for tp in tps[:6]:
+            ends[tp] = int(10 * t)
+        for tp in tps[6:]:
+            ends[tp] = sum(1 for x in arrivals[tp] if x <= t)
+        if t % 360 == 0:
+            committed = dict(ends)
+        p.step(snapshot(t, [group("s3-sink", committed=dict(committed))], dict(ends)))
+    assert [(n.created_at, [a["details"].get("partitions") for a in n.alerts]) for n in p.sent] == []

@@ -46,6 +46,10 @@ COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
 # commit after a flush, a batch consumer's burst), not after a long one (a busy consumer's hang: a stall, paged;
 # learnt, it hid the next ones). A cadence is not used once such a run has lasted this long (a former sink).
 SHORT_RUN_FORGETS_S = 3600.0
+# The longest wait learnt is remembered this long beside the latest ones: a sink that flushes by size or by time
+# flushes every 3 minutes by day and every 9 at night, and five short day waits made each night's first flush a
+# page. A day and an hour: the next night is covered.
+LONGEST_WAIT_KEPT_S = 25 * 3600.0
 DEFAULT_STALL_WINDOW_S = 300.0  # the stalled window when no rules are given (ClusterHistory.stall_window_of)
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
 # twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
@@ -112,6 +116,8 @@ class PartitionProgress:
     # then waits its window; else twice the longest of them.
     waits: tuple[float, ...] = ()
     waits_at: float | None = None  # when the last of them was learnt
+    longest_wait: float = 0.0  # the longest learnt within LONGEST_WAIT_KEPT_S (0: none)
+    longest_wait_at: float | None = None  # when it was learnt
     # When the current run of commits a poll after the one before began (None: the last commit took longer).
     short_since: float | None = None
 
@@ -130,6 +136,9 @@ class PartitionProgress:
         cadence = self.commit_cadence
         if cadence is None or (self.short_since is not None and now - self.short_since > SHORT_RUN_FORGETS_S):
             return None
+        at = self.longest_wait_at
+        if at is not None and now - at < LONGEST_WAIT_KEPT_S and self.longest_wait > cadence:
+            return self.longest_wait  # a longer wait within the last day: a daily cycle's longest flush
         return cadence
 
     @property
@@ -637,8 +646,14 @@ class ClusterHistory:
         if window is None:
             return
         if now - since <= 2 * window and short_run <= 2 * window:
-            progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], now - since)
+            wait = now - since
+            progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], wait)
             progress.waits_at = now
+            at = progress.longest_wait_at
+            if at is None or now - at >= LONGEST_WAIT_KEPT_S:
+                progress.longest_wait, progress.longest_wait_at = wait, now
+            elif wait >= 0.8 * progress.longest_wait:  # about as long again (the next night): kept a day more
+                progress.longest_wait, progress.longest_wait_at = max(wait, progress.longest_wait), now
 
     def waiting_since(
         self, progress: PartitionProgress, tp: TopicPartition, poll: int, committed: int, last_change: float
@@ -940,7 +955,9 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "partitions": topics,
         # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
         "commit_waits": [
-            [tp.topic, tp.partition, list(p.waits), p.waits_at] for tp, p in t.partitions.items() if p.waits
+            [tp.topic, tp.partition, list(p.waits), p.waits_at, p.longest_wait, p.longest_wait_at]
+            for tp, p in t.partitions.items()
+            if p.waits
         ],
         "rewinds": [[tp.topic, tp.partition, *r] for tp, r in t.rewinds.items()],
         "vanished": None
@@ -978,6 +995,8 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
         if learnt is not None:
             learnt.waits = tuple(float(w) for w in waits)[-COMMIT_WAITS_KEPT:]
             learnt.waits_at = float(at[0]) if at and at[0] is not None else None
+            if len(at) >= 3 and at[2] is not None:  # optional: saves before it have no longest wait
+                learnt.longest_wait, learnt.longest_wait_at = float(at[1]), float(at[2])
     vanished = raw.get("vanished")
     if vanished:
         offsets = {TopicPartition(t, p): o for t, p, o in vanished["offsets"]}

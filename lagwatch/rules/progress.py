@@ -55,16 +55,29 @@ def _between_generations(ctx: GroupContext) -> bool:
 # A longer cadence pages in that hour (a sink that flushes every 25 minutes, at 10 minutes): it cannot be told from
 # a stall before its first wait is seen; nor is it learnt afterwards (waits longer than twice the window are not:
 # they paged). A per-group `stalled.window_s` covers it.
-def stall_wait(ctx: GroupContext, progress: PartitionProgress, window: float, learn: bool) -> float:
+def stall_wait(
+    ctx: GroupContext, progress: PartitionProgress, window: float, learn: bool, topic: str | None = None
+) -> float:
     """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
     the partition's own commit cadence where that is longer (a healthy sink that flushes every few minutes keeps
-    records waiting that long at every flush)."""
+    records waiting that long at every flush). With `topic`, the longest cadence of the group's partitions of that
+    topic where it is longer: a sink flushes them all alike, and on a partition that gets a record every 20
+    minutes the waits seen are anything from a poll to the flush interval, or too few to know (it paged)."""
     if not learn or ctx.track is None:
         return window
-    cadence = progress.cadence_at(ctx.now)
-    if cadence is not None and cadence > 2 * window:  # never learnt so (saved by an earlier build): not trusted
-        cadence = None
+    cadence = _trusted(progress.cadence_at(ctx.now), window)
+    if topic is not None:
+        for tp, sibling in ctx.track.partitions.items():
+            if tp.topic == topic and sibling is not progress:
+                theirs = _trusted(sibling.cadence_at(ctx.now), window)
+                if theirs is not None and (cadence is None or theirs > cadence):
+                    cadence = theirs
     return stall_threshold(window, cadence, ctx.track.first_seen, ctx.now)
+
+
+def _trusted(cadence: float | None, window: float) -> float | None:
+    """Never learnt longer than twice the window (saved by an earlier build, or too old): not trusted."""
+    return None if cadence is not None and cadence > 2 * window else cadence
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
@@ -80,9 +93,9 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     if not _has_members(ctx):
         if _members_gone_lately(ctx, ctx.rules()[0].stalled.window_s):
-            for topic in ctx.measure.lag.topics:
-                if topic.sum_lag > 0:  # records still wait: nothing that ended a stall happened
-                    ctx.hold("stalled", topic.topic)
+            for topic_lag in ctx.measure.lag.topics:
+                if topic_lag.sum_lag > 0:  # records still wait: nothing that ended a stall happened
+                    ctx.hold("stalled", topic_lag.topic)
         return
     by_topic: dict[str, list[tuple[int, float, float | None]]] = {}  # partition, the wait it passed, its cadence
     history = ctx.history
@@ -163,7 +176,7 @@ def _stalled_partition(
     last = progress.last_commit_change
     if last is None:
         return
-    wait = stall_wait(ctx, progress, window, learn)
+    wait = stall_wait(ctx, progress, window, learn, tp.topic)
     if wait > window:  # the window check above is the whole answer otherwise
         newest = ctx.history.poll_times_first + len(ctx.history.poll_times) - 1
         since = ctx.history.waiting_since(progress, tp, newest, committed, last.since)
