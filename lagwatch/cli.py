@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -211,7 +212,12 @@ def _cmd_dev_broker(args: argparse.Namespace) -> int:
 
 
 def _on_signals(stop: threading.Event) -> None:
+    """The first SIGTERM or SIGINT stops cleanly; a second one, while that stop is under way, exits at once."""
+
     def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            os.write(2, b"lagwatch: second signal during the stop: exiting now, without waiting for it\n")
+            os._exit(1)
         stop.set()
 
     signal.signal(signal.SIGINT, handler)
@@ -253,20 +259,44 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             stop.wait()
         finally:
+            watchdog = threading.Timer(STOP_HARD_LIMIT_S, _stop_overran)
+            watchdog.daemon = True
+            watchdog.start()
             daemon.stop()
-    if daemon.polls_under_way:
-        _exit_now(daemon.polls_under_way)
-    return 0
+    watchdog.cancel()
+    _exit_now(daemon.polls_under_way)
+    return 0  # not reached
 
 
-def _exit_now(clusters: list[str]) -> None:
-    """Everything is saved and closed, but a poll is still inside a call (waiting out `request_timeout_s` on a
-    broker that never answers), and the interpreter's exit joins the scheduler's threads: a stop took up to the
-    request timeout (58 s at 60 s), past Kubernetes' 30-s grace period and into its SIGKILL."""
+# What the stop may take in all before `lagwatch run` exits without it: a write that never ends (a frozen disk under
+# the state database, a lake target that does not answer) held the stop until it ended (88 s), past Kubernetes'
+# 30-s grace period. The daemon's own waits end sooner (daemon.STOP_BUDGET_S); what was saved last stands (SQLite's
+# transactions are whole or absent, as after a SIGKILL).
+STOP_HARD_LIMIT_S = 28.0
+
+
+def _stop_overran() -> None:
     import logging
-    import os
 
-    logging.getLogger("lagwatch").info("exiting without waiting for polls under way", extra={"clusters": clusters})
+    logging.getLogger("lagwatch").error(
+        "the stop did not end in time (a write to a disk or a target that does not answer): exiting without it; "
+        "the state saved last stands",
+        extra={"waited_s": STOP_HARD_LIMIT_S},
+    )
+    logging.shutdown()
+    os._exit(1)
+
+
+def _exit_now(polls_under_way: list[str]) -> None:
+    """Everything is saved and closed: exit now. A thread may still be inside a call, and the interpreter's exit
+    waited for it: a poll waiting out `request_timeout_s` on a broker that never answers (58 s at 60 s), a lake
+    write to an object store that never answers (93 s), past Kubernetes' 30-s grace period and into its SIGKILL."""
+    import logging
+
+    if polls_under_way:
+        logging.getLogger("lagwatch").info(
+            "exiting without waiting for polls under way", extra={"clusters": polls_under_way}
+        )
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

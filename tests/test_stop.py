@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -165,3 +166,60 @@ def test_a_send_that_outlasts_the_stop_is_one_line_not_a_traceback_and_is_sent_a
         again.store.close()
     finally:
         receiver.stop()
+
+
+def test_a_lake_target_that_never_answers_does_not_hold_the_stop(tmp_path: Path) -> None:
+    """The lake on an object store that takes connections and never answers: the writer's last flush waited on
+    it without a limit, and the interpreter's exit on its thread: SIGTERM to exit took 292 s."""
+    with socket.socket() as broker, socket.socket() as store:
+        for s in (broker, store):
+            s.bind(("127.0.0.1", 0))
+            s.listen(64)
+        config = tmp_path / "lagwatch.yaml"
+        lake = f"s3://lake/lw?endpoint_override=127.0.0.1:{store.getsockname()[1]}&scheme=http&region=us-east-1"
+        config.write_text(
+            json.dumps(
+                {
+                    "state_dir": str(tmp_path / "state"),
+                    "clusters": {
+                        "silent": {
+                            "bootstrap_servers": [f"127.0.0.1:{broker.getsockname()[1]}"],
+                            "poll_interval_s": 1,
+                            "request_timeout_s": 2,
+                            "exact_clocks": False,
+                        }
+                    },
+                    "http": {"enabled": False},
+                    "lake": {"enabled": True, "path": lake, "roll_seconds": 1},
+                }
+            )
+        )
+        log = tmp_path / "run.log"
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "x",
+            "AWS_SECRET_ACCESS_KEY": "y",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+        with open(log, "wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+            )
+        try:
+            wait_for(lambda: '"poll failed"' in log.read_text(), timeout=60, what="a failed poll for the lake")
+            time.sleep(4)  # the writer is inside its write to the store
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=120)
+            took = time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    text = log.read_text()
+    assert code == 0, text[-2000:]
+    assert took < 20, f"exited {took:.1f} s after SIGTERM"
+    assert "lake rows lost at shutdown" in text and '"lagwatch stopped"' in text

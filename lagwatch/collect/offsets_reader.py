@@ -79,6 +79,10 @@ class OffsetsTopicReader:
         self._thread.start()
         return self
 
+    def request_stop(self) -> None:
+        """Asks the thread to end, without waiting (a stop asks every cluster's reader at once)."""
+        self._stop.set()
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread.is_alive():

@@ -211,6 +211,12 @@ class LakeWriter:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():  # a write that does not end (a target that never answers) holds the lock
+                log.error(
+                    "lake rows lost at shutdown: a write to the target did not end in time",
+                    extra={"rows": self.stats.buffered_rows, "waited_s": round(timeout, 1)},
+                )
+                return
         self.flush()
         if self.stats.buffered_rows:
             log.error("lake rows lost at shutdown: the target refused them", extra={"rows": self.stats.buffered_rows})
