@@ -828,3 +828,43 @@ def test_a_sinks_rarely_written_partitions_borrow_the_cadence_of_its_busy_ones()
             committed = dict(ends)
         p.step(snapshot(t, [group("s3-sink", committed=dict(committed))], dict(ends)))
     assert [(n.created_at, [a["details"].get("partitions") for a in n.alerts]) for n in p.sent] == []
+
+
+def test_a_batch_consumers_recurring_hangs_each_page() -> None:
+    """A consumer that commits every 2 minutes hangs 7 minutes every 3 hours: each hang pages. A hang that paged
+    is not kept as the day's longest wait: kept, it made the next hangs that day page 17 minutes late, or not at
+    all (1 page in 16 hangs)."""
+    p = _daemon_like({"lag": {"enabled": False}})
+    end = committed = 0
+    hangs = [3600.0 + k * 3 * 3600 for k in range(8)]
+    for i in range(int(25 * 3600 / 30)):
+        t = i * 30.0
+        end += 3000
+        if not any(h <= t < h + 420 for h in hangs) and t % 120 == 0:
+            committed = end
+        p.step(snapshot(t, [group("batch", committed={TP: committed})], {TP: end}))
+    firings = [n.created_at for n in p.sent if n.kind == "firing"]
+    assert len(firings) == len(hangs)
+    assert all(0 < at - h <= 6 * 60 for at, h in zip(firings, hangs, strict=True)), firings
+
+
+def test_a_hang_of_a_sinks_busy_partition_pages_at_the_window_whatever_its_siblings_cadence() -> None:
+    """A sink's busy partition commits at every poll, its quiet sibling is flushed every 9 minutes. The task hangs:
+    the busy partition borrowed the sibling's cadence and paged 15 minutes after the hang, not 5."""
+    busy, quiet = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    hang = 3 * 3600.0 + 30
+    p = _daemon_like({"lag": {"enabled": False}})
+    ends = {busy: 0, quiet: 0}
+    committed = {busy: 0, quiet: 0}
+    for i in range(int((hang + 1800) / 30)):
+        t = i * 30.0
+        ends[busy] += 3000
+        ends[quiet] += 1 if i % 2 == 0 else 0
+        if t < hang:
+            committed[busy] = ends[busy] - 50
+            if t % 540 == 0:
+                committed[quiet] = ends[quiet]
+        p.step(snapshot(t, [group("s3", committed=dict(committed), assigned=(busy, quiet))], dict(ends)))
+    (first,) = [n for n in p.sent if n.kind == "firing"]
+    assert first.created_at - hang <= 5.5 * 60, first.created_at - hang
+    assert first.alerts[0]["details"]["partitions"] == [0]

@@ -5,6 +5,7 @@ No I/O and no clock reads: time always comes in from the caller (a snapshot's ti
 
 from lagwatch.history.measures import GroupMeasure, LagTime, PartitionMeasure, lag_seconds, measure_group
 from lagwatch.history.store import (
+    LONGEST_WAIT_KEPT_S,
     Clock,
     ClusterHistory,
     GroupTrack,
@@ -19,6 +20,7 @@ from lagwatch.history.store import (
 from lagwatch.history.timeline import LogEndTimeline
 
 __all__ = [
+    "LONGEST_WAIT_KEPT_S",
     "Clock",
     "ClusterHistory",
     "GroupMeasure",

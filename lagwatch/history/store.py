@@ -647,10 +647,17 @@ class ClusterHistory:
             return
         if now - since <= 2 * window and short_run <= 2 * window:
             wait = now - since
+            # Kept a day only if it did not page: a batch consumer's hang that paged, kept, made its next hangs
+            # that day page 17 minutes late (the latest waits let go of it after five more).
+            cadence = progress.cadence_at(now)
+            trusted = cadence if cadence is not None and cadence <= 2 * window else None
+            paged = wait > stall_threshold(window, trusted, self.groups[group_id].first_seen, now)
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], wait)
             progress.waits_at = now
             at = progress.longest_wait_at
-            if at is None or now - at >= LONGEST_WAIT_KEPT_S:
+            if paged:
+                pass
+            elif at is None or now - at >= LONGEST_WAIT_KEPT_S:
                 progress.longest_wait, progress.longest_wait_at = wait, now
             elif wait >= 0.8 * progress.longest_wait:  # about as long again (the next night): kept a day more
                 progress.longest_wait, progress.longest_wait_at = max(wait, progress.longest_wait), now

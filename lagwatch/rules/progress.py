@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from lagwatch.history import PartitionProgress, Sample, stall_threshold
+from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -60,19 +60,40 @@ def stall_wait(
 ) -> float:
     """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
     the partition's own commit cadence where that is longer (a healthy sink that flushes every few minutes keeps
-    records waiting that long at every flush). With `topic`, the longest cadence of the group's partitions of that
-    topic where it is longer: a sink flushes them all alike, and on a partition that gets a record every 20
-    minutes the waits seen are anything from a poll to the flush interval, or too few to know (it paged)."""
+    records waiting that long at every flush). With `topic`, a partition that does not commit at every poll counts
+    the longest cadence its group's partitions of that topic learnt within the last day where that is longer: a
+    sink flushes them all alike, and on a partition that gets a record every 20 minutes the waits seen are
+    anything from a poll to the flush interval, or too few to know (it paged). Not one that commits at every poll
+    (a busy partition's hang paged 10 minutes late), nor a cadence learnt long ago (a former sink's idle
+    partition keeps its own)."""
     if not learn or ctx.track is None:
         return window
     cadence = _trusted(progress.cadence_at(ctx.now), window)
-    if topic is not None:
-        for tp, sibling in ctx.track.partitions.items():
-            if tp.topic == topic and sibling is not progress:
-                theirs = _trusted(sibling.cadence_at(ctx.now), window)
-                if theirs is not None and (cadence is None or theirs > cadence):
-                    cadence = theirs
+    if topic is not None and (progress.short_since is None or ctx.now - progress.short_since < window):
+        theirs = _topic_cadence(ctx, topic, window)
+        if theirs is not None and (cadence is None or theirs > cadence):
+            cadence = theirs
     return stall_threshold(window, cadence, ctx.track.first_seen, ctx.now)
+
+
+def _topic_cadence(ctx: GroupContext, topic: str, window: float) -> float | None:
+    """The longest cadence learnt within LONGEST_WAIT_KEPT_S by the group's partitions of `topic`; once per group,
+    topic and poll (asked for each partition that waits: a walk per partition made a sink's step quadratic, 9 s at
+    4,000 partitions)."""
+    key = "topic_cadence:" + topic
+    if key in ctx.memo:
+        found: float | None = ctx.memo[key]
+        return found
+    assert ctx.track is not None
+    found = None
+    for tp, sibling in ctx.track.partitions.items():
+        if tp.topic != topic or sibling.waits_at is None or ctx.now - sibling.waits_at >= LONGEST_WAIT_KEPT_S:
+            continue
+        theirs = _trusted(sibling.cadence_at(ctx.now), window)
+        if theirs is not None and (found is None or theirs > found):
+            found = theirs
+    ctx.memo[key] = found
+    return found
 
 
 def _trusted(cadence: float | None, window: float) -> float | None:
