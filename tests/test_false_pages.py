@@ -13,7 +13,7 @@ import random
 import pytest
 
 from lagwatch.history import ClusterHistory
-from lagwatch.model import CommittedOffset, GroupKind, PartitionOffsets, TopicPartition
+from lagwatch.model import ClusterSnapshot, CommittedOffset, GroupKind, PartitionOffsets, TopicPartition
 from lagwatch.offsets_topic import GroupMetadata, OffsetCommit
 from tests.synthetic import TP, Pipeline, group, snapshot
 
@@ -868,3 +868,47 @@ def test_a_hang_of_a_sinks_busy_partition_pages_at_the_window_whatever_its_sibli
     (first,) = [n for n in p.sent if n.kind == "firing"]
     assert first.created_at - hang <= 5.5 * 60, first.created_at - hang
     assert first.alerts[0]["details"]["partitions"] == [0]
+
+
+def _unread(snap: ClusterSnapshot, *tps: TopicPartition) -> ClusterSnapshot:
+    offsets = dict(snap.partitions)
+    for tp in tps:
+        offsets[tp] = PartitionOffsets(None, None, error="LEADER_NOT_AVAILABLE")
+    return dataclasses.replace(snap, partitions=offsets)
+
+
+def test_a_consumer_a_little_behind_on_a_partition_without_a_leader_is_not_paged() -> None:
+    """A healthy consumer about 100 records behind at each poll; one partition loses its leader for an hour (nobody
+    can produce or fetch: the commit stays). Bridged and counted with its last log end, that partition paged the
+    consumer `stalled` critical, then `lag`. It stays unknown: the consumer is not the story."""
+    second = TopicPartition("orders", 1)
+    p = _daemon_like({})
+    ends = {TP: 0, second: 0}
+    first = 0
+    for i in range(480):
+        t = i * 30.0
+        offline = 7200 <= t < 10800
+        if not offline:
+            ends[TP] += 3000
+            first = ends[TP] - 100
+        ends[second] += 3000
+        snap = snapshot(t, [group("app", committed={TP: first, second: ends[second] - 100}, assigned=(TP, second))],
+                        dict(ends))  # fmt: skip
+        p.step(_unread(snap, TP) if offline else snap)
+    assert p.sent == [], [(n.kind, [a["rule"] for a in n.alerts], n.created_at) for n in p.sent]
+
+
+def test_a_consumer_passing_a_stale_log_end_does_not_resolve_a_real_lag() -> None:
+    """lagwatch cannot read a live leader's log end for an hour while producers write and a consumer 30 minutes
+    behind catches up: the stale log end said lag 0 (and, at the poll the commit passed it, resolved the alert)."""
+    p = _daemon_like({})
+    end = committed = 0
+    for i in range(240):
+        t = i * 30.0
+        end += 3000
+        if t >= 3000:
+            committed = min(end, committed + 4500)
+        snap = snapshot(t, [group("app", committed={TP: committed})], {TP: end})
+        p.step(_unread(snap, TP) if 3600 <= t < 7200 else snap)
+        if 3600 <= t < 7200:
+            assert "lag" in p.firing(), t  # held as it was: never resolved while it cannot be read

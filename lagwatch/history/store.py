@@ -313,6 +313,20 @@ class ClusterHistory:
         out.reverse()
         return out
 
+    def last_read_log_end(self, tp: TopicPartition) -> tuple[float, int] | None:
+        """When `tp`'s log end was last read, and what it was (where consuming ends, as the polls kept read it;
+        else the timeline's newest point). None: never read."""
+        ring = self.log_ends.get(tp)
+        if ring is not None:
+            values, t0 = ring.values, self.poll_times_first
+            for i in range(len(values) - 1, -1, -1):
+                if values[i] > NO_VALUE and 0 <= ring.first + i - t0 < len(self.poll_times):
+                    return self.poll_times[ring.first + i - t0], values[i]
+        timeline = self.timelines.get(tp)
+        if timeline is not None and timeline.ends:
+            return timeline.times[-1], timeline.ends[-1]
+        return None
+
     def window_start(self, since: float) -> int | None:
         """The poll number of the last poll at or before `since` (None: no poll kept is that old)."""
         index = bisect_right(self.poll_times, since) - 1

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import cast
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack, measure_group
 from lagwatch.history.rings import NO_VALUE
-from lagwatch.lag import group_lag
+from lagwatch.lag import GroupLag, LagState, group_lag
 from lagwatch.model import ClusterSnapshot, Finding, PartitionOffsets, TopicPartition
 from lagwatch.rules import expiry, progress, thresholds
 from lagwatch.rules.context import GroupContext
@@ -59,7 +61,6 @@ def evaluate(
         found = _poll_problem(resolver, snapshot.cluster, None, "cluster_unreachable", summary, details)
         return Evaluation(snapshot.cluster, now, tuple(found), frozen_groups=None)
 
-    partitions = _with_last_known_ends(snapshot.partitions, history)
     findings = []
     held: set[str] = set()
     production_rates: dict[float, dict[TopicPartition, float | None]] = {}  # rate window start -> partition -> rate
@@ -77,7 +78,16 @@ def evaluate(
                 resolver, snapshot.cluster, group.group_id, "group_unreadable", summary, {"error": group.error}
             )
             continue
-        lag = group_lag(group, partitions, use_last_stable)
+        lag = group_lag(group, snapshot.partitions, use_last_stable)
+        if lag.unknown:
+            idle = _idle_since_last_read(lag, history.groups.get(group.group_id), history, now)
+            if idle:
+                # Read through, never written: the poll's own mapping is not copied (this may be every group of
+                # a broker that is down).
+                partitions = ChainMap(
+                    idle, cast("MutableMapping[TopicPartition, PartitionOffsets]", snapshot.partitions)
+                )
+                lag = group_lag(group, partitions, use_last_stable)
         if lag.unknown:
             # Part of the picture is missing this poll (a partition's log end unreadable, as in an election): what
             # is found on the rest still fires, but the alerts of the group and of those topics not found are kept
@@ -120,26 +130,26 @@ def evaluate(
     )
 
 
-def _with_last_known_ends(
-    partitions: Mapping[TopicPartition, PartitionOffsets], history: ClusterHistory
-) -> Mapping[TopicPartition, PartitionOffsets]:
-    """The poll's partitions, each whose log end could not be read this time given the last one read (a leader
-    election, or a partition without a leader: nothing can be produced to it then). Without it, the partition's
-    lag counted for nothing: its topic's alerts were held as they were, and a partition offline for 5 hours kept
-    a drained topic's lag critical, with repeats. Those never read stay unknown (their alerts are held)."""
-    unread = [tp for tp, offsets in partitions.items() if offsets.log_end is None]
-    if not unread:
-        return partitions
-    patched = dict(partitions)
-    for tp in unread:
-        ring = history.log_ends.get(tp)  # where consuming ends, as the polls kept read it (transaction markers)
-        last = next((v for v in reversed(ring.values) if v > NO_VALUE), None) if ring is not None else None
-        if last is None:
-            timeline = history.timelines.get(tp)  # read longer ago than the polls kept: the timeline's newest
-            last = timeline.ends[-1] if timeline is not None and timeline.ends else None
-        if last is not None:
-            patched[tp] = replace(partitions[tp], log_end=last)
-    return patched
+def _idle_since_last_read(
+    lag: GroupLag, track: GroupTrack | None, history: ClusterHistory, now: float
+) -> dict[TopicPartition, PartitionOffsets]:
+    """The partitions whose log end could not be read this poll on which the group is committed exactly at the
+    last log end read, and was at the poll before too (it had consumed everything; a partition without a leader
+    can take nothing more): that log end stands for this one (lag 0). Counted as nothing, such a partition held its
+    topic's alerts: one offline for 5 hours kept a drained topic's lag critical for 5 hours. Not one the group lags
+    on, nor one whose commit just moved (a consumer passing the stale end while producers write: it resolved a real
+    lag): those stay unknown (held)."""
+    idle: dict[TopicPartition, PartitionOffsets] = {}
+    if track is None:
+        return idle
+    for tp, row in zip(lag.tps, lag.partitions, strict=True):
+        if row.state is LagState.UNKNOWN and row.committed is not None:
+            progress = track.partitions.get(tp)
+            changed = progress.last_commit_change if progress is not None else None
+            read = history.last_read_log_end(tp)
+            if read is not None and read[1] == row.committed and changed is not None and changed.since < now:
+                idle[tp] = PartitionOffsets(row.log_start, row.committed)
+    return idle
 
 
 def _committed_before(track: GroupTrack, tp: TopicPartition) -> bool:

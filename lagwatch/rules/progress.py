@@ -144,14 +144,15 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         committed = {s.committed for s in known}
         if len(known) >= 2 and len(committed) == 1:
             lags = [_lag(s) for s in known]
-            if lags[0] and all(lag is None or lag > 0 for lag in lags):
-                # A poll without the log end after one with records waiting, the commit the same: they were still
+            if lags[0] and lags[-1] and all(lag is None or lag > 0 for lag in lags):
+                # A poll without the log end between two with records waiting, the commit the same: they were still
                 # waiting (a log end only grows). Such polls held the alert instead, and one in ten polls of a
-                # leader election hid a hang for good.
+                # leader election hid a hang for good. The newest poll must have read it: a partition without a
+                # leader for an hour (nobody can fetch) paged its consumer `stalled`.
                 (stuck,) = committed
                 assert stuck is not None  # known
                 _stalled_partition(ctx, tp, progress, stuck, window, rules.stalled.learn_commit_interval, by_topic)
-            elif all(lag is None or lag > 0 for lag in lags):  # the window's first poll without the log end
+            elif all(lag is None or lag > 0 for lag in lags):  # the window's first or newest poll without it
                 ctx.hold("stalled", tp.topic)
     for topic, stalled_parts in sorted(by_topic.items()):
         rules, _ = ctx.rules(topic)
