@@ -912,3 +912,21 @@ def test_a_consumer_passing_a_stale_log_end_does_not_resolve_a_real_lag() -> Non
         p.step(_unread(snap, TP) if 3600 <= t < 7200 else snap)
         if 3600 <= t < 7200:
             assert "lag" in p.firing(), t  # held as it was: never resolved while it cannot be read
+
+
+def test_a_crash_loop_with_kubernetes_back_off_is_one_stopped_incident() -> None:
+    """A consumer stuck on a poison record: up 105 s, Empty 285 s (back-off), for 3 hours. Each Empty spell longer
+    than `stopped`'s window fired it, each restart resolved it: 33 notifications. A firing `stopped` is held while
+    members come back without committing."""
+    p = _daemon_like({})
+    end = 0
+    for i in range(360):
+        t = i * 30.0
+        end += 3000
+        if (t % 390) < 105:
+            g = group("app", committed={TP: 1000}, assigned=(TP,))
+        else:
+            g = group("app", committed={TP: 1000}, state="Empty", members=0)
+        p.step(snapshot(t, [g], {TP: end}))
+    stopped = [n.kind for n in p.sent if any(a["rule"] == "stopped" for a in n.alerts)]
+    assert len(p.sent) <= 4 and "resolved" not in stopped, [(n.kind, n.created_at) for n in p.sent]

@@ -4,7 +4,9 @@ nothing at all. Polls every 30 s, the rule's defaults (warning, a 10-minute wind
 
 from __future__ import annotations
 
+from lagwatch.history import polls_to_keep
 from lagwatch.model import TopicPartition
+from lagwatch.rules import RulesConfig
 from tests.synthetic import TP, Pipeline, group, snapshot
 
 INTERVAL = 30.0
@@ -14,6 +16,8 @@ QUIET = {"lag": {"enabled": False}, "stalled": {"enabled": False}}  # the rules 
 
 def run(polls: int, poll: object, rules: dict | None = None) -> Pipeline:  # type: ignore[type-arg]
     p = Pipeline({**QUIET, **(rules or {})}, max_gap_s=2 * INTERVAL + 5)
+    # The rings as the daemon sizes them: 22 polls with the defaults at 30 s (the window's start must be in them).
+    p.history.keep = polls_to_keep(RulesConfig.model_validate({**QUIET, **(rules or {})}).longest_history_s(), INTERVAL)
     for i in range(polls):
         p.step(poll(i, i * INTERVAL))  # type: ignore[operator]
     return p
@@ -106,3 +110,40 @@ def test_a_crash_loop_before_the_first_commit_is_one_incident() -> None:
 
     p = run(90, poll)
     assert told(p) == [("firing", "warning", ("no_commit",))], told(p)
+
+
+def test_rebalance_polls_that_assign_it_to_nobody_hold_the_alert() -> None:
+    """Members listed, the partition assigned to none of them at that poll (an eager CompletingRebalance, a
+    cooperative hand-over's first round): the alert resolved at each such poll and fired again a poll later."""
+    for state in ("CompletingRebalance", "Stable"):
+
+        def poll(i: int, t: float, state: str = state):  # type: ignore[no-untyped-def]
+            if i in (60, 120, 180):
+                g = group("new-app", committed={}, state=state, members=2, assigned=())
+            else:
+                g = group("new-app", committed={}, assigned=(TP,), members=2)
+            return snapshot(t, [g], {TP: 1000 + 3000 * i})
+
+        assert told(run(240, poll)) == [("firing", "warning", ("no_commit",))], state
+
+
+def test_a_crash_loop_with_long_back_offs_never_flaps() -> None:
+    """Runs of 30 s to 7 minutes (plus the session timeout), then Kubernetes' back-off of 10 s doubling to 300 s,
+    for 3 hours: one firing at most, never a resolve while it loops (it resolved when the window's start fell in
+    an Empty spell, and fired again later: up to 41 notifications)."""
+    for run_s in (30, 60, 120, 240, 420):
+        spans, start, k = [], 0.0, 0
+        while start < 4 * 3600:
+            spans.append((start, start + run_s + 45))
+            start += run_s + 45 + ([10, 20, 40, 80, 160][k] if k < 5 else 300)
+            k += 1
+
+        def poll(i: int, t: float, spans: list = spans):  # type: ignore[no-untyped-def,type-arg]
+            if any(a <= t < b for a, b in spans):
+                g = group("looping", committed={}, assigned=(TP,))
+            else:
+                g = group("looping", committed={}, state="Empty", members=0)
+            return snapshot(t, [g], {TP: 1000 + 3000 * i})
+
+        kinds = [kind for kind, _, _ in told(run(360, poll))]
+        assert kinds in ([], ["firing"]), (run_s, kinds)

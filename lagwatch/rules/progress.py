@@ -219,32 +219,41 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
     a crash loop, are bridged: a commit then would still show): one of a topic just subscribed is not judged, nor
     is a quiet one (no record arrived: nothing to commit)."""
     lag = ctx.measure.lag
-    if ctx.track is None:
+    track, committed = ctx.track, ctx.group.committed
+    # Cheap first: every partition tracked or shown has a commit (nearly every group at every poll).
+    if track is None or (len(lag.tps) == len(committed) and len(track.partitions) == len(committed)):
         return
     if _between_generations(ctx) or _members_gone_lately(ctx, ctx.rules()[0].no_commit.window_s):
-        for topic in {tp.topic for tp in ctx.track.partitions}:  # nothing is assigned at this poll: it cannot tell
+        for topic in {tp.topic for tp in track.partitions}:  # nothing is assigned at this poll: it cannot tell
             ctx.hold("no_commit", topic)
         return
-    if len(lag.tps) == len(ctx.group.committed) or not _has_members(ctx):  # every row committed: the common case
+    if not _has_members(ctx):
         return
     by_topic: dict[str, list[tuple[int, int]]] = {}  # partition, records that arrived over the window
+    shown = set(lag.tps)
+    for tp in track.partitions:
+        if tp not in committed and tp not in shown:  # assigned to nobody at this poll (a hand-over under way)
+            ctx.hold("no_commit", tp.topic)
     for tp, row in zip(lag.tps, lag.partitions, strict=True):
-        if row.committed is not None or row.member_id is None:
+        if row.committed is not None:
+            continue
+        if row.member_id is None:  # no member holds it at this poll: it cannot tell (it flapped at each one)
+            ctx.hold("no_commit", tp.topic)
             continue
         rule = ctx.rules(tp.topic)[0].no_commit
         if not rule.enabled:
             continue
-        progress = ctx.track.partitions.get(tp)
+        progress = track.partitions.get(tp)
         if progress is None:
             continue
         if not ctx.covered(rule.window_s):
             ctx.hold("no_commit", tp.topic)
             continue
         samples = ctx.history.window(progress, tp, ctx.now - rule.window_s)
-        if not _covered(samples, ctx.now - rule.window_s):
-            continue
-        if samples[-1].log_end is None or samples[0].log_end is None:
-            ctx.hold("no_commit", tp.topic)  # a log end unread: cannot tell
+        if not _covered(samples, ctx.now - rule.window_s) or samples[-1].log_end is None or samples[0].log_end is None:
+            # Not assigned at the window's start within the polls kept (a crash loop's long Empty spells), or a
+            # log end unread: it cannot tell, and a firing alert stays (it resolved, and paged again later).
+            ctx.hold("no_commit", tp.topic)
             continue
         if any(s.committed is not None for s in samples):
             continue  # it committed within the window: `stalled` judges it
@@ -286,12 +295,17 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         clock = ctx.history.empty_clock(ctx.group.group_id)
         since = clock.since if clock else ctx.now
         if ctx.now - since < window:
+            ctx.hold("stopped")  # a crash loop's next Empty spell: the incident under way stays as it is
             return
         if not ctx.covered(window):
             ctx.hold("stopped")
             return
         why = f"no members for {duration(ctx.now - since)}" + ("" if clock and clock.observed else " or more")
     else:
+        # Members are back. A consumer crash-looping is seen so between its Empty spells: a firing `stopped` is
+        # held until a commit moves (it fired and resolved at each restart: 33 notifications in 3 hours).
+        if ctx.active_severity("stopped") is not None and not _committed_within(ctx, window):
+            ctx.hold("stopped")
         return
     yield ctx.finding(
         "stopped",
@@ -300,6 +314,15 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         details={"lag": ctx.measure.lag.sum_lag, "state": ctx.group.state},
         for_s=rules.stopped.for_s,
         runbook_url=rules.stopped.runbook_url,
+    )
+
+
+def _committed_within(ctx: GroupContext, window_s: float) -> bool:
+    """Whether any of the group's committed offsets moved in the last `window_s`."""
+    assert ctx.track is not None
+    since = ctx.now - window_s
+    return any(
+        p.last_commit_change is not None and p.last_commit_change.since > since for p in ctx.track.partitions.values()
     )
 
 
