@@ -930,3 +930,31 @@ def test_a_crash_loop_with_kubernetes_back_off_is_one_stopped_incident() -> None
         p.step(snapshot(t, [g], {TP: end}))
     stopped = [n.kind for n in p.sent if any(a["rule"] == "stopped" for a in n.alerts)]
     assert len(p.sent) <= 4 and "resolved" not in stopped, [(n.kind, n.created_at) for n in p.sent]
+
+
+def test_a_restart_does_not_bring_back_a_forgotten_cadence() -> None:
+    """A sink flushed every 8 minutes for 3 hours, then committed at every poll: after an hour its cadence is
+    forgotten. lagwatch restarts at 5 h; the consumer hangs at 5 h 20. The save had not kept when its run of commits
+    a poll apart began, so the old cadence held the hang back: paged 14.5 minutes after it, not 5."""
+    hang = 5 * 3600 + 1200.0
+    p = _daemon_like({"lag": {"enabled": False}})
+    end = committed = 0
+    t = 0.0
+    while t < hang + 1800:
+        end += 3000
+        if t < 3 * 3600:
+            if t % 480 == 0:
+                committed = end
+        elif t < hang:
+            committed = end - 100
+        if t == 5 * 3600:  # restarted: the history saved and loaded, a minute down
+            restored = ClusterHistory.from_json(json.loads(json.dumps(p.history.to_json())))
+            restored.max_gap_s, restored.keep = p.history.max_gap_s, p.history.keep
+            p.history = p.pipeline.history = restored
+            restored.stall_window_of = p.pipeline._stall_window
+            t += 60
+            continue
+        p.step(snapshot(t, [group("sink", committed={TP: committed})], {TP: end}))
+        t += 30
+    fired = [n.created_at for n in p.sent if n.kind == "firing" and n.created_at > hang]
+    assert fired and fired[0] - hang <= 5.5 * 60, [(n.kind, n.created_at - hang) for n in p.sent]

@@ -267,6 +267,9 @@ def test_exact_clock_records_are_recorded_and_a_replay_reaches_the_same_expiry_a
 
             return ReaderStatus(ReaderState.LIVE, 2, 0, None)
 
+        def request_stop(self) -> None:
+            pass
+
         def stop(self, timeout: float) -> None:
             pass
 

@@ -976,7 +976,7 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "partitions": topics,
         # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
         "commit_waits": [
-            [tp.topic, tp.partition, list(p.waits), p.waits_at, p.longest_wait, p.longest_wait_at]
+            [tp.topic, tp.partition, list(p.waits), p.waits_at, p.longest_wait, p.longest_wait_at, p.short_since]
             for tp, p in t.partitions.items()
             if p.waits
         ],
@@ -1018,6 +1018,10 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
             learnt.waits_at = float(at[0]) if at and at[0] is not None else None
             if len(at) >= 3 and at[2] is not None:  # optional: saves before it have no longest wait
                 learnt.longest_wait, learnt.longest_wait_at = float(at[1]), float(at[2])
+            # Optional too. Not saved, a restart forgot that a former sink had committed at every poll for an hour,
+            # and its old cadence held its next hang back another hour.
+            if len(at) >= 4 and at[3] is not None:
+                learnt.short_since = float(at[3])
     vanished = raw.get("vanished")
     if vanished:
         offsets = {TopicPartition(t, p): o for t, p, o in vanished["offsets"]}
