@@ -958,3 +958,69 @@ def test_a_restart_does_not_bring_back_a_forgotten_cadence() -> None:
         t += 30
     fired = [n.created_at for n in p.sent if n.kind == "firing" and n.created_at > hang]
     assert fired and fired[0] - hang <= 5.5 * 60, [(n.kind, n.created_at - hang) for n in p.sent]
+
+
+def test_an_offline_partition_of_a_busy_topic_does_not_keep_a_drained_topics_lag() -> None:
+    """As the offline-partition test above, on a busy topic: the leader goes between two polls, after 750 more
+    records, which the caught-up consumer commits. Committed past the last log end read, it was not taken as caught
+    up: the drained topic's lag stayed critical for the 5 hours the partition was offline."""
+    second = TopicPartition("orders", 1)
+    p = Pipeline({"lag": {"warning": {"offsets": 1000}, "critical": {"offsets": 10000}, "for_s": 0}}, max_gap_s=90)
+    for i in range(700):
+        t = i * 30.0
+        backlog = 50000 if i < 100 else max(0, 50000 - 2000 * (i - 100))
+        offline = 110 <= i < 110 + 600
+        last = 500 + 750 if i >= 110 else 500  # 750 records landed after the last read, then the leader went
+        snap = snapshot(t, [group(committed={TP: 100000 - backlog, second: last}, assigned=(TP, second))],
+                        {TP: 100000, second: last})  # fmt: skip
+        p.step(_unread(snap, second) if offline else snap)
+        if i == 200:
+            assert p.firing() == {}, p.firing()
+
+
+def test_members_back_and_committing_resolve_stopped_while_a_partition_has_no_leader() -> None:
+    """A broker dies for 2 hours with a partition the group lags on; the consumers crash with it (stopped fires),
+    and come back 10 minutes later, consuming the other partition. The unread partition held the group's own
+    alerts: stopped stayed firing (and inhibited the rest) for the 2 hours."""
+    second = TopicPartition("orders", 1)
+    p = _daemon_like({})
+    ends = {TP: 200000, second: 200000}
+    committed = {TP: 0, second: 0}
+    for i in range(int(3 * 3600 / 30)):
+        t = i * 30.0
+        down = 1200 <= t < 1200 + 7200
+        ends[TP] += 3000
+        if not down:
+            ends[second] += 3000
+        if t < 1200:
+            committed = {TP: ends[TP] - 300, second: ends[second] - 50000}
+            g = group("app", committed=dict(committed), assigned=(TP, second))
+        elif t < 1800:
+            g = group("app", committed=dict(committed), state="Empty", members=0)
+        else:
+            committed[TP] = min(ends[TP] - 300, committed[TP] + 9000)
+            g = group("app", committed=dict(committed), assigned=(TP, second))
+        snap = snapshot(t, [g], dict(ends))
+        p.step(_unread(snap, second) if down else snap)
+        if t == 2400:
+            assert "stopped" not in p.firing(), t
+
+
+def test_a_crash_loop_that_commits_a_little_each_run_is_one_stopped_incident() -> None:
+    """Up 105 s (committing for a minute, then an OOM), Empty 285 s, for 3 hours: stopped fired at each Empty
+    spell and resolved at each run's first commit (24 transitions, the pager told each time)."""
+    p = _daemon_like({})
+    end = committed = 0
+    for i in range(360):
+        t = i * 30.0
+        end += 3000
+        phase = t % 390
+        if phase < 60:
+            committed = min(end, committed + 3000)
+        if phase < 105:
+            g = group("app", committed={TP: committed}, assigned=(TP,))
+        else:
+            g = group("app", committed={TP: committed}, state="Empty", members=0)
+        p.step(snapshot(t, [g], {TP: end}))
+    stopped = [a["state"] for n in p.sent for a in n.alerts if a["rule"] == "stopped"]
+    assert "resolved" not in stopped and stopped.count("firing") >= 1, [(n.kind, n.created_at) for n in p.sent]

@@ -147,3 +147,21 @@ def test_a_crash_loop_with_long_back_offs_never_flaps() -> None:
 
         kinds = [kind for kind, _, _ in told(run(360, poll))]
         assert kinds in ([], ["firing"]), (run_s, kinds)
+
+
+def test_the_alert_resolves_once_the_topic_is_no_longer_subscribed_or_is_deleted() -> None:
+    """Stuck before its first commit on `orders`; at 20 minutes a new build drops `orders` from the subscription:
+    the partition, never committed, stayed tracked, and its alert was held (assigned to nobody: a hand-over?)
+    for good, repeating every 4 hours."""
+    payments = TopicPartition("payments", 0)
+
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        if t < 1200:
+            g = group("app", committed={payments: 3000 * i}, assigned=(TP, payments), subscribed=("orders", "payments"))
+        else:
+            g = group("app", committed={payments: 3000 * i}, assigned=(payments,), subscribed=("payments",))
+        return snapshot(t, [g], {TP: 1000 + 3000 * i, payments: 3000 * i + 50})
+
+    p = run(120, poll)
+    assert told(p) == [("firing", "warning", ("no_commit",)), ("resolved", "resolved", ("no_commit",))], told(p)
+    assert p.sent[1].created_at <= 1200 + 600 + 30  # once the window has passed without it assigned

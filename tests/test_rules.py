@@ -196,7 +196,7 @@ def test_expiry_per_group_kind() -> None:
         q = Pipeline({"lag": {"enabled": False}})
         g = lambda: group(committed={}, kind=kind, subscribed=("orders",))  # noqa: E731,B023
         q.step(snapshot(0, [g()], {TP: 10, AUDIT: 10}, retention_minutes=10))
-        live = group(committed={TP: 3, AUDIT: 4}, kind=kind, subscribed=("orders",))
+        live = group(committed={TP: 3, AUDIT: 4}, kind=kind, subscribed=("orders",), assigned=(TP,))
         q.step(snapshot(10, [live], {TP: 10, AUDIT: 10}, retention_minutes=10))
         (f,) = [
             f
@@ -434,3 +434,13 @@ def test_a_rewind_of_several_partitions_lists_them_in_order() -> None:
     (finding,) = [f for f in evaluation.findings if f.rule == "rewind"]
     assert "(0: 500 -> 100, 2: 500 -> 102, 5: 500 -> 105, 7: 500 -> 107, 11: 500 -> 111)" in finding.summary
     assert [row["partition"] for row in finding.details["partitions"]] == [0, 2, 5, 7, 11]  # type: ignore[index,attr-defined]
+
+
+def test_a_kip848_regex_subscribers_assigned_topic_never_expires() -> None:
+    """A KIP-848 member subscribed by regex lists no topic names; its assigned quiet topic counted as unsubscribed:
+    expiry warned, then critical, on offsets Kafka keeps."""
+    p = Pipeline({"lag": {"enabled": False}, "stalled": {"enabled": False}})
+    for t in range(0, 3600, 30):
+        g = group(committed={TP: 3}, kind=GroupKind.CONSUMER, subscribed=(), assigned=(TP,))
+        evaluation = p.step(snapshot(float(t), [g], {TP: 3}, retention_minutes=10))
+        assert "expiry" not in rules_of(evaluation), t

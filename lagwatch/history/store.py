@@ -161,6 +161,7 @@ class GroupTrack:
     gone_since: float | None = None
     evidence_since: float | None = None  # start of the unbroken stretch in which this group was read every poll
     unreadable: bool = False  # the last poll could not read this group: the next one starts fresh evidence
+    last_empty_at: float | None = None  # the last poll that saw it Empty (a crash loop's members come and go)
 
 
 @dataclass
@@ -326,6 +327,15 @@ class ClusterHistory:
         if timeline is not None and timeline.ends:
             return timeline.times[-1], timeline.ends[-1]
         return None
+
+    def sampled_since(self, progress: PartitionProgress, since: float) -> bool:
+        """Whether a poll at or after `since` sampled this group-partition (committed, or assigned)."""
+        ring, t0, times = progress.committed, self.poll_times_first, self.poll_times
+        for i in range(len(ring.values) - 1, -1, -1):
+            if ring.values[i] != NOT_SAMPLED:
+                at = ring.first + i - t0
+                return 0 <= at < len(times) and times[at] >= since
+        return False
 
     def window_start(self, since: float) -> int | None:
         """The poll number of the last poll at or before `since` (None: no poll kept is that old)."""
@@ -559,6 +569,7 @@ class ClusterHistory:
         track.kind, track.members = group.kind.value, len(group.members)
         was_empty = track.state == "Empty" and track.empty_since is not None and not first_look
         if group.state == "Empty":
+            track.last_empty_at = now
             if track.empty_since is None:
                 # Seen becoming Empty only if lagwatch saw it in another state before.
                 track.empty_since = Clock(now, observed=not first_look and track.state != "Empty")
@@ -573,7 +584,7 @@ class ClusterHistory:
         # Not an offset of a topic a member is assigned or subscribes to: Kafka expires no offset of a group with
         # members on a topic it subscribes to; one missing is a poll without it (a partition-level OffsetFetch
         # error), which paged `expired` and resolved it a poll later (mid-rebalance, with no assignment yet, too).
-        subscribed = {t for m in group.members for t in m.subscribed_topics}
+        subscribed = {t for m in group.members for t in m.subscribed_topics} | {tp.topic for tp in assigned}
         dropped = [
             (tp, p.last_committed)
             for tp, p in partitions.items()
@@ -973,6 +984,7 @@ def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
         "unreadable": t.unreadable,
         "empty_since": _clock_json(t.empty_since),
         "gone_since": t.gone_since,
+        "last_empty_at": t.last_empty_at,  # optional: saves before it have none
         "partitions": topics,
         # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
         "commit_waits": [
@@ -1001,6 +1013,7 @@ def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> 
         first_seen=raw["first_seen"],
         empty_since=_clock(raw.get("empty_since")),
         gone_since=raw.get("gone_since"),
+        last_empty_at=raw.get("last_empty_at"),
         evidence_since=raw.get("evidence_since"),
         unreadable=bool(raw.get("unreadable", False)),
     )

@@ -93,7 +93,11 @@ def evaluate(
             # is found on the rest still fires, but the alerts of the group and of those topics not found are kept
             # as they are, not resolved (one such poll resolved a stuck consumer's alerts and paged them again at
             # the next), nor dropped if pending. Its other topics' alerts resolve as ever.
-            partial.add((group.group_id, None))
+            # The group's own alerts too where it has no members (`stopped` on lag): with members, what the
+            # group's rules say does not rest on that partition (a consumer back and committing stayed `stopped`
+            # for as long as a partition had no leader).
+            if not group.members:
+                partial.add((group.group_id, None))
             partial.update((group.group_id, t.topic) for t in lag.topics if t.unknown)
         track = history.groups.get(group.group_id)
         if track is not None and len(lag.tps) > len(group.committed):  # some row without a commit: look
@@ -133,9 +137,9 @@ def evaluate(
 def _idle_since_last_read(
     lag: GroupLag, track: GroupTrack | None, history: ClusterHistory, now: float
 ) -> dict[TopicPartition, PartitionOffsets]:
-    """The partitions whose log end could not be read this poll on which the group is committed exactly at the
+    """The partitions whose log end could not be read this poll on which the group is committed at or past the
     last log end read, and was at the poll before too (it had consumed everything; a partition without a leader
-    can take nothing more): that log end stands for this one (lag 0). Counted as nothing, such a partition held its
+    can take nothing more: on a busy topic its last records land after the last read): lag 0. Counted as nothing, such a partition held its
     topic's alerts: one offline for 5 hours kept a drained topic's lag critical for 5 hours. Not one the group lags
     on, nor one whose commit just moved (a consumer passing the stale end while producers write: it resolved a real
     lag): those stay unknown (held)."""
@@ -147,7 +151,7 @@ def _idle_since_last_read(
             progress = track.partitions.get(tp)
             changed = progress.last_commit_change if progress is not None else None
             read = history.last_read_log_end(tp)
-            if read is not None and read[1] == row.committed and changed is not None and changed.since < now:
+            if read is not None and row.committed >= read[1] and changed is not None and changed.since < now:
                 idle[tp] = PartitionOffsets(row.log_start, row.committed)
     return idle
 

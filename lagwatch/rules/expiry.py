@@ -104,7 +104,11 @@ def _candidates(ctx: GroupContext) -> tuple[Candidates, str]:
         return _SameClock(g.committed, empty), EMPTY_CLOCK
     if g.kind is GroupKind.SIMPLE:
         return last_commit(g.committed), "the last commit"
-    subscribed = {t for m in g.members for t in m.subscribed_topics}
+    # A topic a member is assigned counts as subscribed: a KIP-848 member that subscribes by regex lists no topic
+    # names (its regex's topics do not expire, and were warned critical).
+    subscribed = {t for m in g.members for t in m.subscribed_topics} | {
+        tp.topic for m in g.members for tp in m.assignment
+    }
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"

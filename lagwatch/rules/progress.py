@@ -231,8 +231,14 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
         return
     by_topic: dict[str, list[tuple[int, int]]] = {}  # partition, records that arrived over the window
     shown = set(lag.tps)
-    for tp in track.partitions:
-        if tp not in committed and tp not in shown:  # assigned to nobody at this poll (a hand-over under way)
+    for tp, tracked in track.partitions.items():
+        # Assigned to nobody at this poll (a hand-over under way): held, if it was assigned within the window (not
+        # a topic no longer subscribed, or deleted: that alert never resolved).
+        if (
+            tp not in committed
+            and tp not in shown
+            and ctx.history.sampled_since(tracked, ctx.now - ctx.rules(tp.topic)[0].no_commit.window_s)
+        ):
             ctx.hold("no_commit", tp.topic)
     for tp, row in zip(lag.tps, lag.partitions, strict=True):
         if row.committed is not None:
@@ -303,9 +309,12 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         why = f"no members for {duration(ctx.now - since)}" + ("" if clock and clock.observed else " or more")
     else:
         # Members are back. A consumer crash-looping is seen so between its Empty spells: a firing `stopped` is
-        # held until a commit moves (it fired and resolved at each restart: 33 notifications in 3 hours).
-        if ctx.active_severity("stopped") is not None and not _committed_within(ctx, window):
-            ctx.hold("stopped")
+        # held until a commit moves and the members have stayed twice the window (it fired and resolved at each
+        # restart: 33 notifications in 3 hours; with a little progress at each 2-minute run, 24 transitions).
+        if ctx.active_severity("stopped") is not None:
+            empty_at = ctx.track.last_empty_at
+            if not _committed_within(ctx, window) or (empty_at is not None and ctx.now - empty_at < 2 * window):
+                ctx.hold("stopped")
         return
     yield ctx.finding(
         "stopped",
