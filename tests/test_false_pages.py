@@ -1024,3 +1024,55 @@ def test_a_crash_loop_that_commits_a_little_each_run_is_one_stopped_incident() -
         p.step(snapshot(t, [g], {TP: end}))
     stopped = [a["state"] for n in p.sent for a in n.alerts if a["rule"] == "stopped"]
     assert "resolved" not in stopped and stopped.count("firing") >= 1, [(n.kind, n.created_at) for n in p.sent]
+
+
+def test_falling_behind_is_held_through_a_poll_without_the_log_end() -> None:
+    """A consumer slower than its producer on one partition; the log end is unread at one poll (an election):
+    falling_behind resolved at that poll and fired again ten minutes later, twice."""
+    p = _daemon_like({"lag": {"enabled": False}, "stalled": {"enabled": False}})
+    end = committed = 0
+    for i in range(240):
+        t = i * 30.0
+        end += 3000
+        committed += 2400
+        snap = snapshot(t, [group("app", committed={TP: committed})], {TP: end})
+        p.step(_unread(snap, TP) if i in (120, 180) else snap)
+    assert [n.kind for n in p.sent] == ["firing"], [(n.kind, n.created_at) for n in p.sent]
+
+
+def test_a_crash_loop_with_long_runs_is_one_stopped_incident() -> None:
+    """Runs of 4 to 7 minutes committing slower than the producer, then 5 minutes Empty (back-off at its cap):
+    `stopped` fired and resolved at nearly every cycle (27 to 32 transitions in 3 hours)."""
+    for run_s in (270, 420):
+        p = _daemon_like({})
+        end = committed = 0
+        for i in range(360):
+            t = i * 30.0
+            end += 3000
+            up = (t % (run_s + 45 + 300)) < run_s + 45
+            if up:
+                committed = min(end, committed + 2000)
+                g = group("app", committed={TP: committed}, assigned=(TP,))
+            else:
+                g = group("app", committed={TP: committed}, state="Empty", members=0)
+            p.step(snapshot(t, [g], {TP: end}))
+        stopped = [a["state"] for n in p.sent for a in n.alerts if a["rule"] == "stopped"]
+        assert "resolved" not in stopped, (run_s, [(n.kind, n.created_at) for n in p.sent])
+
+
+def test_lag_left_on_a_topic_nobody_consumes_neither_holds_stopped_nor_pages_stalled() -> None:
+    """A group consumes `events` (idle at night) and keeps old offsets on `legacy`, no longer subscribed, 5,000
+    behind. A deploy leaves it Empty 5 minutes: `stopped` fired, and stayed up 6 hours after the members were back
+    (held: nothing was committed on the idle topic); `stalled` paged `legacy` critical until its offsets expired."""
+    events, legacy = TopicPartition("events", 0), TopicPartition("legacy", 0)
+    p = _daemon_like({})
+    for i in range(240):
+        t = i * 30.0
+        committed = {events: 1000, legacy: 100}
+        ends = {events: 1000, legacy: 5100}
+        if 3600 <= t < 3900:
+            g = group("app", committed=committed, state="Empty", members=0)
+        else:
+            g = group("app", committed=committed, subscribed=("events",), assigned=(events,))
+        p.step(snapshot(t, [g], ends))
+    assert "stopped" not in p.firing() and "stalled" not in p.firing(), p.firing()

@@ -120,7 +120,14 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     by_topic: dict[str, list[tuple[int, float, float | None]]] = {}  # partition, the wait it passed, its cadence
     history = ctx.history
+    # Only topics the members consume: old offsets of a topic no member subscribes to or is assigned any more
+    # never move, and paged `stalled` critical until they expired (7 days). Unknown (no names): every topic.
+    consumed = {t for m in ctx.group.members for t in m.subscribed_topics} | {
+        tp.topic for m in ctx.group.members for tp in m.assignment
+    }
     for tp, progress in ctx.track.partitions.items():
+        if consumed and tp.topic not in consumed:
+            continue
         rules, _ = ctx.rules(tp.topic)
         if not rules.stalled.enabled:
             continue
@@ -309,12 +316,13 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         why = f"no members for {duration(ctx.now - since)}" + ("" if clock and clock.observed else " or more")
     else:
         # Members are back. A consumer crash-looping is seen so between its Empty spells: a firing `stopped` is
-        # held until a commit moves and the members have stayed twice the window (it fired and resolved at each
-        # restart: 33 notifications in 3 hours; with a little progress at each 2-minute run, 24 transitions).
-        if ctx.active_severity("stopped") is not None:
-            empty_at = ctx.track.last_empty_at
-            if not _committed_within(ctx, window) or (empty_at is not None and ctx.now - empty_at < 2 * window):
-                ctx.hold("stopped")
+        # held while records wait on what the members are assigned and either nothing was committed in the window,
+        # or the lag did not drop over it and the group was Empty within five windows (it fired and resolved at
+        # each restart: 33 notifications in 3 hours; 24 to 32 transitions when each run commits a little). Not
+        # for lag only on a topic nobody consumes (it stayed up 6 hours), nor for a slow consumer that has stayed
+        # (falling behind is then the story, and `stopped` inhibited it).
+        if ctx.active_severity("stopped") is not None and _stopped_not_over(ctx, window):
+            ctx.hold("stopped")
         return
     yield ctx.finding(
         "stopped",
@@ -324,6 +332,27 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         for_s=rules.stopped.for_s,
         runbook_url=rules.stopped.runbook_url,
     )
+
+
+def _stopped_not_over(ctx: GroupContext, window: float) -> bool:
+    assert ctx.track is not None
+    rows = [(tp, row) for tp, row in zip(ctx.measure.lag.tps, ctx.measure.lag.partitions, strict=True) if row.member_id]
+    if not any(row.lag for _, row in rows):
+        return False  # nothing waits for the members: they are not stopped
+    if not _committed_within(ctx, window):
+        return True
+    empty_at = ctx.track.last_empty_at
+    if empty_at is None or ctx.now - empty_at >= 5 * window:
+        return False
+    first = last = 0
+    for tp, _ in rows:
+        progress = ctx.track.partitions.get(tp)
+        samples = ctx.history.window(progress, tp, ctx.now - window) if progress is not None else []
+        lags = (_lag(samples[0]), _lag(samples[-1])) if samples else (None, None)
+        if lags[0] is None or lags[1] is None:
+            return True  # it cannot tell
+        first, last = first + lags[0], last + lags[1]
+    return last >= first
 
 
 def _committed_within(ctx: GroupContext, window_s: float) -> bool:
@@ -412,11 +441,15 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         ctx.hold("falling_behind")
         return
     m = ctx.measure
+    if m.lag.unknown:  # a log end unread this poll (an election): it cannot tell (it resolved, and fired again)
+        ctx.hold("falling_behind")
+        return
     if not m.consumption_rate or m.production_rate is None or m.consumption_rate >= m.production_rate:
         return  # a consumer making no progress at all is stalled or stopped, not falling behind
     windows = _windows(ctx, ctx.now - window)
     series = _group_series(windows) if windows is not None else None
-    if series is None:
+    if series is None or any(s.committed is not None and s.log_end is None for w in windows or () for s in w):
+        ctx.hold("falling_behind")  # a poll of the window without a log end drops its partition from the sums
         return
     if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(series)):
         return
