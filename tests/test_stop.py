@@ -25,6 +25,31 @@ from tests.conftest import wait_for
 from tests.synthetic import TP, group, snapshot
 
 
+def run_then_sigterm(
+    config: Path, log: Path, ready: str, settle_s: float, env: dict[str, str] | None = None
+) -> tuple[int, float]:
+    """`lagwatch run` until `ready` is in its log and `settle_s` more, then SIGTERM: (exit code, seconds to exit)."""
+    with open(log, "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+        )
+    try:
+        wait_for(lambda: ready in log.read_text(), timeout=60, what=ready)
+        time.sleep(settle_s)
+        assert process.poll() is None
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=120)
+        return code, time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_sigterm_while_a_poll_waits_on_a_silent_broker_exits_at_once(tmp_path: Path) -> None:
     # A broker that takes connections and never answers: kafka-python's request waits out request_timeout_s (30 s),
     # and the interpreter's exit used to join the scheduler's thread inside it: 19-29 s after SIGTERM.
@@ -43,24 +68,8 @@ def test_sigterm_while_a_poll_waits_on_a_silent_broker_exits_at_once(tmp_path: P
             )
         )
         log = tmp_path / "run.log"
-        with open(log, "wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        try:
-            wait_for(lambda: '"lagwatch running"' in log.read_text(), timeout=30, what="the daemon's start")
-            time.sleep(2)  # the first poll is under way, waiting on the broker
-            assert process.poll() is None
-            started = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=60)
-            took = time.monotonic() - started
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        # The first poll is under way, waiting on the broker, 2 s after the start.
+        code, took = run_then_sigterm(config, log, '"lagwatch running"', 2)
     text = log.read_text()
     assert code == 0, text
     assert took < 12, f"exited {took:.1f} s after SIGTERM"
@@ -201,24 +210,8 @@ def test_a_lake_target_that_never_answers_does_not_hold_the_stop(tmp_path: Path)
             "AWS_SECRET_ACCESS_KEY": "y",
             "AWS_EC2_METADATA_DISABLED": "true",
         }
-        with open(log, "wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=env,
-            )
-        try:
-            wait_for(lambda: '"poll failed"' in log.read_text(), timeout=60, what="a failed poll for the lake")
-            time.sleep(4)  # the writer is inside its write to the store
-            started = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=120)
-            took = time.monotonic() - started
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        # 4 s after a failed poll's rows are buffered, the writer is inside its write to the store.
+        code, took = run_then_sigterm(config, log, '"poll failed"', 4, env)
     text = log.read_text()
     assert code == 0, text[-2000:]
     assert took < 20, f"exited {took:.1f} s after SIGTERM"
