@@ -1060,10 +1060,10 @@ def test_a_crash_loop_with_long_runs_is_one_stopped_incident() -> None:
         assert "resolved" not in stopped, (run_s, [(n.kind, n.created_at) for n in p.sent])
 
 
-def test_lag_left_on_a_topic_nobody_consumes_neither_holds_stopped_nor_pages_stalled() -> None:
+def test_lag_left_on_a_topic_nobody_consumes_does_not_hold_stopped() -> None:
     """A group consumes `events` (idle at night) and keeps old offsets on `legacy`, no longer subscribed, 5,000
     behind. A deploy leaves it Empty 5 minutes: `stopped` fired, and stayed up 6 hours after the members were back
-    (held: nothing was committed on the idle topic); `stalled` paged `legacy` critical until its offsets expired."""
+    (held: nothing was committed on the idle topic)."""
     events, legacy = TopicPartition("events", 0), TopicPartition("legacy", 0)
     p = _daemon_like({})
     for i in range(240):
@@ -1075,4 +1075,25 @@ def test_lag_left_on_a_topic_nobody_consumes_neither_holds_stopped_nor_pages_sta
         else:
             g = group("app", committed=committed, subscribed=("events",), assigned=(events,))
         p.step(snapshot(t, [g], ends))
-    assert "stopped" not in p.firing() and "stalled" not in p.firing(), p.firing()
+    assert "stopped" not in p.firing(), p.firing()
+
+
+def test_falling_behind_is_not_held_for_hours_by_a_partition_without_a_leader() -> None:
+    """A consumer slower than its producer on every partition; one partition loses its leader for 5 hours, and the
+    consumer, scaled up, drains the others. Held at every poll with a log end unread, falling_behind stayed up
+    the 5 hours: after a window, the partitions read are judged."""
+    second = TopicPartition("orders", 1)
+    p = _daemon_like({"lag": {"enabled": False}, "stalled": {"enabled": False}})
+    ends = {TP: 0, second: 0}
+    committed = {TP: 0, second: 0}
+    for i in range(300):
+        t = i * 30.0
+        offline = i >= 80
+        ends[TP] += 3000
+        if not offline:
+            ends[second] += 3000
+        rate = 2400 if t < 3600 else 9000
+        committed = {tp: min(ends[tp], committed[tp] + rate) for tp in (TP, second)}
+        snap = snapshot(t, [group("app", committed=dict(committed), assigned=(TP, second))], dict(ends))
+        p.step(_unread(snap, second) if offline else snap)
+    assert "falling_behind" not in p.firing(), [(n.kind, n.created_at) for n in p.sent]

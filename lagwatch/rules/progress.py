@@ -120,14 +120,7 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     by_topic: dict[str, list[tuple[int, float, float | None]]] = {}  # partition, the wait it passed, its cadence
     history = ctx.history
-    # Only topics the members consume: old offsets of a topic no member subscribes to or is assigned any more
-    # never move, and paged `stalled` critical until they expired (7 days). Unknown (no names): every topic.
-    consumed = {t for m in ctx.group.members for t in m.subscribed_topics} | {
-        tp.topic for m in ctx.group.members for tp in m.assignment
-    }
     for tp, progress in ctx.track.partitions.items():
-        if consumed and tp.topic not in consumed:
-            continue
         rules, _ = ctx.rules(tp.topic)
         if not rules.stalled.enabled:
             continue
@@ -355,6 +348,21 @@ def _stopped_not_over(ctx: GroupContext, window: float) -> bool:
     return last >= first
 
 
+def _read_within(ctx: GroupContext, window_s: float) -> bool:
+    """Whether a partition whose log end is unread this poll was read within the last `window_s`."""
+    for tp, row in zip(ctx.measure.lag.tps, ctx.measure.lag.partitions, strict=True):
+        if row.log_end is None and row.committed is not None:
+            read = ctx.history.last_read_log_end(tp)
+            if read is not None and ctx.now - read[0] < window_s:
+                return True
+    return False
+
+
+def _partly_read(samples: list[Sample]) -> bool:
+    """A window in which some polls read the partition's log end and some did not (an election under way)."""
+    return any(s.log_end is None for s in samples) and any(s.log_end is not None for s in samples)
+
+
 def _committed_within(ctx: GroupContext, window_s: float) -> bool:
     """Whether any of the group's committed offsets moved in the last `window_s`."""
     assert ctx.track is not None
@@ -441,14 +449,17 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         ctx.hold("falling_behind")
         return
     m = ctx.measure
-    if m.lag.unknown:  # a log end unread this poll (an election): it cannot tell (it resolved, and fired again)
+    if m.lag.unknown and _read_within(ctx, window):
+        # A log end unread this poll, read within the window (an election): it cannot tell (it resolved, and
+        # fired again). Unread longer (a partition without a leader for hours), the rest is judged: held, it
+        # stayed up 5 hours after the consumer had caught up.
         ctx.hold("falling_behind")
         return
     if not m.consumption_rate or m.production_rate is None or m.consumption_rate >= m.production_rate:
         return  # a consumer making no progress at all is stalled or stopped, not falling behind
     windows = _windows(ctx, ctx.now - window)
     series = _group_series(windows) if windows is not None else None
-    if series is None or any(s.committed is not None and s.log_end is None for w in windows or () for s in w):
+    if series is None or any(_partly_read(w) for w in windows or ()):
         ctx.hold("falling_behind")  # a poll of the window without a log end drops its partition from the sums
         return
     if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(series)):
