@@ -1093,7 +1093,10 @@ def test_falling_behind_is_not_held_for_hours_by_a_partition_without_a_leader() 
         if not offline:
             ends[second] += 3000
         rate = 2400 if t < 3600 else 9000
-        committed = {tp: min(ends[tp], committed[tp] + rate) for tp in (TP, second)}
+        committed = {
+            tp: min(ends[tp], committed[tp] + rate) if not (offline and tp == second) else committed[tp]
+            for tp in (TP, second)
+        }  # fmt: skip  (nobody can fetch from a partition without a leader)
         snap = snapshot(t, [group("app", committed=dict(committed), assigned=(TP, second))], dict(ends))
         p.step(_unread(snap, second) if offline else snap)
     assert "falling_behind" not in p.firing(), [(n.kind, n.created_at) for n in p.sent]
