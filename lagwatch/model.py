@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -71,6 +71,17 @@ class GroupSnapshot:
 
     def member_of(self) -> dict[TopicPartition, Member]:
         return {tp: m for m in self.members for tp in m.assignment}
+
+    def unsubscribed(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Those of `tps` on a topic no member subscribes to or is assigned (a KIP-848 member that subscribes by
+        regex lists no topic names: its assigned topics count). Kafka expires no offset of the others while the
+        group has members. The members are looked at only if some topic is not named in a subscription."""
+        named = {t for m in self.members for t in m.subscribed_topics}
+        left = [tp for tp in tps if tp.topic not in named]
+        if not left:
+            return left
+        assigned = {tp.topic for m in self.members for tp in m.assignment}
+        return [tp for tp in left if tp.topic not in assigned]
 
 
 @dataclass(frozen=True, slots=True)

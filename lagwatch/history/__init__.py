@@ -16,6 +16,7 @@ from lagwatch.history.store import (
     compact_records,
     polls_to_keep,
     stall_threshold,
+    trusted_cadence,
 )
 from lagwatch.history.timeline import LogEndTimeline
 
@@ -37,4 +38,5 @@ __all__ = [
     "measure_group",
     "polls_to_keep",
     "stall_threshold",
+    "trusted_cadence",
 ]

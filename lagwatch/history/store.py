@@ -5,8 +5,9 @@ Two sources feed the clocks: polls (what changed between two polls, so a clock i
 interval) and, where lagwatch may read `__consumer_offsets`, the coordinator's own records (`observe_records`: the
 exact commit timestamp of every commit, also of the same offset committed again, and when a group became Empty).
 
-Evidence: a window-based rule may only judge a window that lagwatch watched without a blind spell (a failed poll,
-a gap longer than `max_gap_s` between polls, e.g. a restart of lagwatch, or a group that could not be read).
+Evidence: a window-based rule may only judge a window that lagwatch watched without a blind spell (a gap longer
+than `max_gap_s` between good polls: a restart of lagwatch, an outage, failed polls in a row; a poll held after
+the clock went back; or a group that could not be read).
 `evidence_since` is where the current unbroken stretch of observation began.
 
 Pure: every method takes `now` (or a snapshot carrying its time) and does no I/O.
@@ -64,6 +65,11 @@ def stall_threshold(window: float, cadence: float | None, first_seen: float, now
     if cadence is not None:
         return max(window, 2 * cadence)
     return 2 * window if now - first_seen < LEARNING_S else window
+
+
+def trusted_cadence(cadence: float | None, window: float) -> float | None:
+    """A cadence longer than twice the window was never learnt (saved by an earlier build): not trusted."""
+    return None if cadence is not None and cadence > 2 * window else cadence
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -279,7 +285,7 @@ class ClusterHistory:
         default=None, repr=False, compare=False
     )
     evidence_since: float | None = None
-    blind: bool = False  # a poll failed since the last good one
+    blind: bool = False  # a poll was held since the last one taken (dated before it: the clock went back)
     exact: ExactClocks = field(default_factory=ExactClocks)
     # The times of the last MAX_SAMPLES good polls (poll number `poll_times_first` first), and each partition's
     # log end at those polls: every group's samples share them.
@@ -584,12 +590,8 @@ class ClusterHistory:
         # Not an offset of a topic a member is assigned or subscribes to: Kafka expires no offset of a group with
         # members on a topic it subscribes to; one missing is a poll without it (a partition-level OffsetFetch
         # error), which paged `expired` and resolved it a poll later (mid-rebalance, with no assignment yet, too).
-        subscribed = {t for m in group.members for t in m.subscribed_topics} | {tp.topic for tp in assigned}
-        dropped = [
-            (tp, p.last_committed)
-            for tp, p in partitions.items()
-            if tp not in committed_now and tp not in assigned and tp.topic not in subscribed
-        ]
+        absent = [tp for tp in partitions if tp not in committed_now]
+        dropped = [(tp, partitions[tp].last_committed) for tp in group.unsubscribed(absent)] if absent else []
         # A commit last seen before the previous poll ended a wait of more than a poll: only then is it looked at
         # (a consumer that commits all the time costs one comparison a partition).
         times = self.poll_times
@@ -674,27 +676,26 @@ class ClusterHistory:
             wait = now - since
             # Kept a day only if it did not page: a batch consumer's hang that paged, kept, made its next hangs
             # that day page 17 minutes late (the latest waits let go of it after five more).
-            cadence = progress.cadence_at(now)
-            trusted = cadence if cadence is not None and cadence <= 2 * window else None
-            paged = wait > stall_threshold(window, trusted, self.groups[group_id].first_seen, now)
+            cadence = trusted_cadence(progress.cadence_at(now), window)
+            paged = wait > stall_threshold(window, cadence, self.groups[group_id].first_seen, now)
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], wait)
             progress.waits_at = now
             at = progress.longest_wait_at
-            if paged:
-                pass
-            elif at is None or now - at >= LONGEST_WAIT_KEPT_S:
-                progress.longest_wait, progress.longest_wait_at = wait, now
-            elif wait >= 0.8 * progress.longest_wait:  # about as long again (the next night): kept a day more
-                progress.longest_wait, progress.longest_wait_at = max(wait, progress.longest_wait), now
+            if not paged:
+                if at is None or now - at >= LONGEST_WAIT_KEPT_S:
+                    progress.longest_wait, progress.longest_wait_at = wait, now
+                elif wait >= 0.8 * progress.longest_wait:  # about as long again (the next night): a day more
+                    progress.longest_wait, progress.longest_wait_at = max(wait, progress.longest_wait), now
 
     def waiting_since(
         self, progress: PartitionProgress, tp: TopicPartition, poll: int, committed: int, last_change: float
     ) -> float | None:
         """Since when records have waited for `tp`'s commit, as of poll number `poll` (its committed offset then:
         `committed`, last changed at `last_change`): the time of the first poll of the unbroken run of polls up to
-        it that saw records waiting. None: none waiting at `poll`. A poll that did not read the log end or sample the partition is bridged: log ends only
-        grow, so records waiting on both sides of it waited through it (taken as the end of the run, it cut a
-        sink's 8-minute wait to 30 s). -inf: waiting since before the polls kept (how long is not known)."""
+        it that saw records waiting. None: none waiting at `poll`. A poll that did not read the log end or sample
+        the partition is bridged: log ends only grow, so records waiting on both sides of it waited through it
+        (taken as the end of the run, it cut a sink's 8-minute wait to 30 s). -inf: waiting since before the
+        polls kept (how long is not known)."""
         ring, ends = progress.committed, self.log_ends.get(tp)
         if ends is None:
             return None

@@ -139,10 +139,10 @@ def _idle_since_last_read(
 ) -> dict[TopicPartition, PartitionOffsets]:
     """The partitions whose log end could not be read this poll on which the group is committed at or past the
     last log end read, and was at the poll before too (it had consumed everything; a partition without a leader
-    can take nothing more: on a busy topic its last records land after the last read): lag 0. Counted as nothing, such a partition held its
-    topic's alerts: one offline for 5 hours kept a drained topic's lag critical for 5 hours. Not one the group lags
-    on, nor one whose commit just moved (a consumer passing the stale end while producers write: it resolved a real
-    lag): those stay unknown (held)."""
+    can take nothing more; on a busy topic its last records land after the last read): lag 0. Counted as
+    nothing, such a partition held its topic's alerts: one offline for 5 hours kept a drained topic's lag
+    critical for 5 hours. Not one the group lags on, nor one whose commit just moved (a consumer passing the
+    stale end while producers write: it resolved a real lag): those stay unknown (held)."""
     idle: dict[TopicPartition, PartitionOffsets] = {}
     if track is None:
         return idle

@@ -104,20 +104,14 @@ def _candidates(ctx: GroupContext) -> tuple[Candidates, str]:
         return _SameClock(g.committed, empty), EMPTY_CLOCK
     if g.kind is GroupKind.SIMPLE:
         return last_commit(g.committed), "the last commit"
-    # A topic a member is assigned counts as subscribed: a KIP-848 member that subscribes by regex lists no topic
-    # names (its regex's topics do not expire, and were warned critical).
-    subscribed = {t for m in g.members for t in m.subscribed_topics} | {
-        tp.topic for m in g.members for tp in m.assignment
-    }
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"
         and g.members
         and all(m.subscribed_topics for m in g.members)
     ) or g.kind is GroupKind.CONSUMER:
-        return last_commit(
-            [tp for tp in g.committed if tp.topic not in subscribed]
-        ), "the last commit (topic not subscribed)"
+        # A KIP-848 regex subscriber lists no topic names: its assigned topics count (they were warned critical).
+        return last_commit(g.unsubscribed(g.committed)), "the last commit (topic not subscribed)"
     return [], ""
 
 

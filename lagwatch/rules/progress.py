@@ -1,8 +1,8 @@
-"""Rules on commit progress over a window: stalled, stopped, falling behind, rewound.
+"""Rules on commit progress over a window: stalled, no commit, stopped, falling behind, rewound.
 
 Each judges a window only from evidence: when lagwatch did not watch the group for the whole window without a
-blind spell (its own failed polls, a restart, a group it could not read), the rule holds its alert as it is,
-neither firing nor resolving it, until fresh polls cover the window again.
+blind spell (its polls failing for longer than max_gap_s, a restart, a group it could not read), the rule holds
+its alert as it is, neither firing nor resolving it, until fresh polls cover the window again.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold
+from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold, trusted_cadence
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -68,7 +68,7 @@ def stall_wait(
     partition keeps its own)."""
     if not learn or ctx.track is None:
         return window
-    cadence = _trusted(progress.cadence_at(ctx.now), window)
+    cadence = trusted_cadence(progress.cadence_at(ctx.now), window)
     if topic is not None and (progress.short_since is None or ctx.now - progress.short_since < window):
         theirs = _topic_cadence(ctx, topic, window)
         if theirs is not None and (cadence is None or theirs > cadence):
@@ -89,16 +89,11 @@ def _topic_cadence(ctx: GroupContext, topic: str, window: float) -> float | None
     for tp, sibling in ctx.track.partitions.items():
         if tp.topic != topic or sibling.waits_at is None or ctx.now - sibling.waits_at >= LONGEST_WAIT_KEPT_S:
             continue
-        theirs = _trusted(sibling.cadence_at(ctx.now), window)
+        theirs = trusted_cadence(sibling.cadence_at(ctx.now), window)
         if theirs is not None and (found is None or theirs > found):
             found = theirs
     ctx.memo[key] = found
     return found
-
-
-def _trusted(cadence: float | None, window: float) -> float | None:
-    """Never learnt longer than twice the window (saved by an earlier build, or too old): not trusted."""
-    return None if cadence is not None and cadence > 2 * window else cadence
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
