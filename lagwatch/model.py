@@ -8,6 +8,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import NamedTuple
 
+from lagwatch.matchers import full_match
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -32,6 +34,9 @@ class Member:
     client_host: str
     assignment: tuple[TopicPartition, ...] = ()
     subscribed_topics: tuple[str, ...] = ()
+    # A KIP-848 member's server-side subscription (SubscriptionPattern, RE2J syntax): the broker subscribes it to
+    # every topic the pattern matches whole, and no topic name of them is listed.
+    subscribed_regex: str | None = None
 
 
 class CommittedOffset(NamedTuple):
@@ -73,15 +78,29 @@ class GroupSnapshot:
         return {tp: m for m in self.members for tp in m.assignment}
 
     def unsubscribed(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
-        """Those of `tps` on a topic no member subscribes to or is assigned (a KIP-848 member that subscribes by
-        regex lists no topic names: its assigned topics count). Kafka expires no offset of the others while the
+        """Those of `tps` on a topic no member subscribes to, by name or by regex (a KIP-848 member's pattern,
+        matched whole as the broker matches it), nor is assigned. Kafka expires no offset of the others while the
         group has members. The members are looked at only if some topic is not named in a subscription."""
         named = {t for m in self.members for t in m.subscribed_topics}
         left = [tp for tp in tps if tp.topic not in named]
         if not left:
             return left
         assigned = {tp.topic for m in self.members for tp in m.assignment}
-        return [tp for tp in left if tp.topic not in assigned]
+        left = [tp for tp in left if tp.topic not in assigned]
+        patterns = {m.subscribed_regex for m in self.members if m.subscribed_regex}
+        if not left or not patterns:
+            return left
+        return [tp for tp in left if not any(_subscribes(p, tp.topic) for p in patterns)]
+
+
+def _subscribes(pattern: str, topic: str) -> bool:
+    """Whether a KIP-848 subscription pattern takes `topic` (the broker's RE2J `matcher(topic).matches()`). A
+    pattern RE2 does not take (RE2J's syntax is RE2's, nearly) counts as taking it: lagwatch cannot tell, and an
+    offset wrongly thought unsubscribed is warned as expiring, a false page."""
+    try:
+        return full_match(pattern, topic)
+    except ValueError:
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, NameFilter
-from lagwatch.devbroker.jars import kafka_major
+from lagwatch.devbroker.jars import java_command, kafka_major
 from lagwatch.model import GroupKind, GroupSnapshot
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, unique, wait_for
@@ -49,6 +50,44 @@ def test_kip848_group_members_and_offsets(bootstrap: str, kafka_libs: Path) -> N
         assert {(t, p): int(cur) for (_, t, p), (cur, _, _) in theirs.items()} == {
             tp: c.offset for tp, c in g.committed.items()
         }
+    finally:
+        consumer.terminate()
+        consumer.wait(30)
+        poller.close()
+
+
+def test_kip848_regex_subscriber_reads_its_pattern(bootstrap: str, kafka_libs: Path) -> None:
+    """A member subscribed by a server-side pattern lists no topic names: lagwatch reads the pattern, so the
+    topics it matches count as subscribed (Kafka keeps their offsets) even where no member holds a partition."""
+    prefix = unique("rx")
+    topics = [f"{prefix}-a", f"{prefix}-b"]
+    group = unique("rxg")
+    for topic in topics:
+        kafka_scenario.create_topic(bootstrap, topic, 1)
+        kafka_scenario.produce(bootstrap, topic, {0: 20})
+    pattern = f"{prefix}-.*"
+    source = Path(__file__).parent / "clients" / "RegexConsumer.java"
+    consumer = subprocess.Popen(
+        java_command(kafka_libs, str(source), bootstrap, group, pattern),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    poller = ClusterPoller("rx", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[group])))
+    try:
+
+        def consumed_all() -> GroupSnapshot | None:
+            snapshot = poller.poll()
+            g = next((g for g in snapshot.groups if g.group_id == group), None)
+            done = g is not None and g.members and sum(c.offset for c in g.committed.values()) == 40
+            return g if done else None
+
+        g = wait_for(consumed_all, timeout=90, interval=0.5, what="the pattern subscriber to commit every record")
+        assert g.kind is GroupKind.CONSUMER and g.error is None
+        (member,) = g.members
+        assert member.subscribed_topics == () and member.subscribed_regex == pattern
+        assert sorted(tp.topic for tp in member.assignment) == topics
+        between_members = replace(g, members=(replace(member, assignment=()),))
+        assert between_members.unsubscribed(g.committed) == []
     finally:
         consumer.terminate()
         consumer.wait(30)

@@ -49,6 +49,15 @@ def rich_snapshot(t: float) -> ClusterSnapshot:
                 members=(Member("m-1", "client", "/10.0.0.1", (TP, other), ("orders", "payments")),),
                 committed={TP: CommittedOffset(7, 3, "meta"), TopicPartition("gone", 1): CommittedOffset(2)},
             ),
+            GroupSnapshot(
+                "regex",
+                "Stable",
+                "consumer",
+                GroupKind.CONSUMER,
+                1,
+                members=(Member("m-2", "client", "/10.0.0.2", (other,), (), subscribed_regex="pay.*"),),
+                committed={other: CommittedOffset(41)},
+            ),
             GroupSnapshot("broken", "Unknown", "", GroupKind.UNKNOWN, None, error="COORDINATOR_NOT_AVAILABLE"),
             GroupSnapshot("simple", "Empty", "", GroupKind.SIMPLE, 1, committed={other: CommittedOffset(40)}),
         ),
@@ -95,6 +104,7 @@ def test_snapshots_come_back_equal_through_parquet(tmp_path: Path) -> None:
         ("g1", "orders"),
         ("g1", "gone"),
         ("g1", "payments"),
+        ("regex", "payments"),
         ("simple", "payments"),
     }
 

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lagwatch.history import ClusterHistory, GroupMeasure, PartitionMeasure
-from lagwatch.model import GroupKind, TopicPartition, alert_key
+from lagwatch.model import GroupKind, GroupSnapshot, Member, TopicPartition, alert_key
 from tests.synthetic import TP, Pipeline, group, snapshot
 
 TP1 = TopicPartition("orders", 1)
@@ -444,3 +444,36 @@ def test_a_kip848_regex_subscribers_assigned_topic_never_expires() -> None:
         g = group(committed={TP: 3}, kind=GroupKind.CONSUMER, subscribed=(), assigned=(TP,))
         evaluation = p.step(snapshot(float(t), [g], {TP: 3}, retention_minutes=10))
         assert "expiry" not in rules_of(evaluation), t
+
+
+def test_a_kip848_regex_subscribers_topic_between_members_never_expires() -> None:
+    """A KIP-848 member's pattern subscribes it to every topic matched whole, and Kafka keeps those offsets. While a
+    partition moved between members (assigned to no one at a poll), its quiet topic counted as unsubscribed: the
+    old commit was warned expiring, critical. The pattern is read now; a topic it does not match still warns."""
+    other = TopicPartition("audit", 0)
+    p = Pipeline({"lag": {"enabled": False}, "stalled": {"enabled": False}, "no_commit": {"enabled": False}})
+    found = []
+    for t in range(0, 3600, 30):
+        moving = (t // 30) % 4 == 3  # one poll in four: the partition between members
+        g = replace(
+            group(
+                committed={TP: 3, other: 1}, kind=GroupKind.CONSUMER, subscribed=(), assigned=() if moving else (TP,)
+            ),
+            members=(Member("m0", "c0", "/h", () if moving else (TP,), (), subscribed_regex="ord.*|pay.*"),),
+        )
+        evaluation = p.step(snapshot(float(t), [g], {TP: 3, other: 1}, retention_minutes=10))
+        found += [f for f in evaluation.findings if f.rule == "expiry"]
+    assert found and {part["topic"] for f in found for part in f.details["partitions"]} == {"audit"}  # type: ignore[attr-defined]
+
+
+def test_a_subscription_pattern_is_matched_whole_as_the_broker_does() -> None:
+    """Kafka matches a KIP-848 pattern against the whole topic name (RE2J `matches()`); a pattern RE2 does not
+    take counts as subscribing (lagwatch cannot tell, and a false expiry page is the worse error)."""
+    tps = [TopicPartition(t, 0) for t in ("orders", "orders-dlq", "xorders")]
+    member = Member("m", "c", "/h", (), (), subscribed_regex="orders")
+    g = GroupSnapshot("g", "Stable", "consumer", GroupKind.CONSUMER, 1, members=(member,))
+    assert g.unsubscribed(tps) == tps[1:]
+    prefixed = replace(g, members=(replace(member, subscribed_regex="orders.*"),))
+    assert prefixed.unsubscribed(tps) == [tps[2]]
+    rejected = replace(g, members=(replace(member, subscribed_regex="(?<=x)orders"),))
+    assert rejected.unsubscribed(tps) == []

@@ -451,6 +451,7 @@ def _kip848_group(g: Any) -> DescribedGroup:
                 TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
             ),
             subscribed_topics=tuple(m.subscribed_topic_names),
+            subscribed_regex=m.subscribed_topic_regex or None,
         )
         for m in g.members
     )

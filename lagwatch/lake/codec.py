@@ -40,8 +40,10 @@ from lagwatch.offsets_topic import (
 
 # 2: group rows carry `expires_at`; `record` rows and the poll row's `records_caught_up` carry the exact clocks' input.
 # 3: partition and offsets rows carry `consumable_end` (where the transaction markers that end the log begin).
+# 4: a group row's member entry in `members_json` carries a sixth element when the member subscribes by regex
+#    (KIP-848): the pattern.
 # Readers take every version (a column missing from older files reads as null).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Column name -> type (names of pyarrow types, so that this module needs no pyarrow). `cluster` and `date` are
 # the Hive partition keys: in the path, not in the files.
@@ -57,7 +59,8 @@ SNAPSHOT_COLUMNS: dict[str, str] = {
     "protocol_type": "string",
     "coordinator_id": "int32",
     "members": "int32",
-    "members_json": "string",  # group rows: [[member_id, client_id, host, [[topic, partition]...], [topics]]]
+    # group rows: [[member_id, client_id, host, [[topic, partition]...], [topics], regex (only if it has one)]]
+    "members_json": "string",
     "group_error": "string",
     "topic": "string",
     "partition": "int32",
@@ -250,6 +253,7 @@ def snapshot_rows(
                         m.client_host,
                         [list(a) for a in m.assignment],
                         list(m.subscribed_topics),
+                        *((m.subscribed_regex,) if m.subscribed_regex else ()),
                     ]
                     for m in g.members
                 ]
@@ -367,7 +371,14 @@ def _snapshot(cluster: str, t: float, rows: Sequence[Mapping[str, Any]]) -> Clus
                 "kind": GroupKind(r["group_kind"]),
                 "coordinator_id": _int(r["coordinator_id"]),
                 "members": tuple(
-                    Member(m[0], m[1], m[2], tuple(TopicPartition(a[0], a[1]) for a in m[3]), tuple(m[4]))
+                    Member(
+                        m[0],
+                        m[1],
+                        m[2],
+                        tuple(TopicPartition(a[0], a[1]) for a in m[3]),
+                        tuple(m[4]),
+                        m[5] if len(m) > 5 else None,
+                    )
                     for m in json.loads(r["members_json"] or "[]")
                 ),
                 "committed": {},
