@@ -1084,3 +1084,66 @@ def test_falling_behind_is_not_held_for_hours_by_a_partition_without_a_leader() 
         snap = snapshot(t, [group("app", committed=dict(committed), assigned=(TP, second))], dict(ends))
         p.step(_unread(snap, second) if offline else snap)
     assert "falling_behind" not in p.firing(), [(n.kind, n.created_at) for n in p.sent]
+
+
+SECONDS_RULES = {
+    "lag": {"warning": {"seconds": 300}, "critical": {"seconds": 1800}, "for_s": 0},
+    "falling_behind": {"enabled": False},
+    "stalled": {"enabled": False},
+}
+
+
+def _behind(t: float, rate: int = 10, behind_s: int = 2400) -> tuple[int, int]:
+    """A log growing `rate` records/s and a consumer `behind_s` behind it (from the start: at offset 100)."""
+    end = int(t * rate) + 100
+    return end, max(100, end - behind_s * rate)
+
+
+def _lag_notifications(p: Pipeline) -> list[tuple[str, str]]:
+    return [(n.kind, n.severity) for n in p.sent for a in n.alerts if a["rule"] == "lag"]
+
+
+@pytest.mark.parametrize("down", ["lagwatch", "cluster"])
+def test_a_blind_spell_longer_than_the_lag_never_resolves_it(down: str) -> None:
+    """A consumer steadily 40 minutes behind, critical. lagwatch then sees nothing for 45 minutes (itself down, or
+    the cluster unreachable from it). What the log grew by meanwhile is dated at the spell's end (a lower bound):
+    the commit fell inside it, read as 0 s behind, and the critical alert resolved, then paged again from warning
+    9 minutes later. A lower bound now never lowers an alert: it stays critical, without a word."""
+    p = Pipeline(SECONDS_RULES, {"group_wait_s": 30, "group_interval_s": 300}, max_gap_s=90)
+    for t in range(0, 4 * 3600, 30):
+        end, committed = _behind(t)
+        if 7200 <= t < 7200 + 2700:
+            if down == "cluster":
+                p.step(snapshot(t, [], {}, error="connection refused"))
+            continue
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+        if t >= 2400:
+            assert p.firing().get("lag") == "critical", t
+    assert _lag_notifications(p) == [("firing", "warning"), ("update", "critical")]
+
+
+def test_a_log_cut_short_by_an_election_never_resolves_the_lag() -> None:
+    """An unclean leader election cuts the last records off the log: its history of log ends was wiped, the lag in
+    seconds unknown, then capped at the new history's span, so a critical lag (the records behind never fell)
+    resolved, paged again as warning 5 minutes later, and critical 15 minutes after that."""
+    p = Pipeline(SECONDS_RULES, {"group_wait_s": 30, "group_interval_s": 300}, max_gap_s=90)
+    for t in range(0, 3 * 3600, 30):
+        end, committed = _behind(t, behind_s=3600)
+        end -= 310 if t >= 7200 else 0  # 10 below the last poll's log end, then growing again
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+        if t >= 3600:
+            assert p.firing().get("lag") == "critical", t
+    assert _lag_notifications(p) == [("firing", "warning"), ("update", "critical")]
+
+
+def test_a_consumer_that_catches_up_after_a_blind_spell_resolves() -> None:
+    """Held on a lower bound, the alert still resolves when the records behind are consumed."""
+    p = Pipeline(SECONDS_RULES, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    for t in range(0, 3 * 3600, 30):
+        end, committed = _behind(t)
+        if 7200 <= t < 9900:
+            continue
+        if t >= 9960:
+            committed = end  # caught up
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    assert "lag" not in p.firing() and _lag_notifications(p)[-1] == ("resolved", "resolved")

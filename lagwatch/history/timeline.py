@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 # Enough points to interpolate well across hours of history while bounding memory per partition.
 DEFAULT_CAPACITY = 48
 RESUME_EPSILON_S = 0.001  # the log end as last seen, held until just before the first poll after a blind spell
+RESUME_STRETCH_S = 2 * RESUME_EPSILON_S  # a segment that short is a resumed spell's jump: polls are seconds apart
 
 
 @dataclass
@@ -63,7 +64,10 @@ class LogEndTimeline:
             before_t, at_t, after_t = times[best - 1], times[best], times[best + 1]
             before_e, at_e, after_e = ends[best - 1], ends[best], ends[best + 1]
             speeds_up = (after_e - at_e) * (at_t - before_t) > 2 * (at_e - before_e) * (after_t - at_t)
-            if not speeds_up or spans[best - 1] == math.inf:
+            # Nor the end of a resumed blind spell's jump: without it, the jump's records would be spread over the
+            # next poll interval, no longer known for the lower bounds they are.
+            ends_resume = at_t - before_t <= RESUME_STRETCH_S
+            if not (speeds_up or ends_resume) or spans[best - 1] == math.inf:
                 break
             spans[best - 1] = math.inf
         del times[best]
@@ -78,7 +82,7 @@ class LogEndTimeline:
 
         Interpolates between the last point whose log end was <= offset and the next one. Before the first
         point, extrapolates back at the timeline's average production rate, capped at the timeline's own span,
-        and marks the answer estimated.
+        and marks the answer estimated. Both that and a record of a blind spell (`resume`) are lower bounds.
         """
         # Locals and conditionals, not min/max: asked for every lagging group-partition at every poll.
         times, ends = self.times, self.ends
@@ -95,7 +99,9 @@ class LogEndTimeline:
                 fraction = (offset - e0 + 1) / (e1 - e0)  # > 0: ends[i - 1] <= offset
                 if fraction > 1.0:
                     fraction = 1.0
-            return t0 + fraction * (times[i] - t0), False
+            # A record in what the log grew by during a blind spell (the jump `resume` dates at its end): dated
+            # at the end of the spell, a lower bound, so estimated (the lag rule never lowers an alert on one).
+            return t0 + fraction * (times[i] - t0), times[i] - t0 <= RESUME_STRETCH_S and e1 > e0
         # Older than all history: the record was produced before the first point.
         if n < 2:
             return None  # one point says nothing about how fast the log grows
