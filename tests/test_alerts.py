@@ -250,3 +250,29 @@ def test_an_announced_alert_that_comes_back_pending_and_goes_gets_its_resolved()
         sent += [(t, kind) for kind in step(b, found, t)]
     # ...and once its `for` is over (440), it fires anew, announced after group_wait.
     assert sent == [(90, "firing"), (400, "resolved"), (500, "firing")]
+
+
+def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
+    """`oncall` takes everything, `team-chat` only `stalled`. `stopped` comes and inhibits `stalled`: `oncall`'s
+    message becomes `stopped`; `team-chat`, routed nothing of it, forgot `stalled` and never heard of its end:
+    its message stayed firing for good. An inhibited alert stays the receiver's, and its end is told."""
+    from lagwatch.alerts.book import Receiver
+
+    b = book(
+        group_wait_s=0,
+        group_interval_s=0,
+        inhibit_rules=[{"source": {"rule": "stopped"}, "target": {"rule": "stalled"}, "equal": ["group"]}],
+    )
+    b.receivers = (Receiver("oncall"), Receiver("team-chat", matchers=(("rule", "stalled"),)))
+
+    def sent(findings: list[Finding], now: float) -> list[tuple[str, str, list[str]]]:
+        b.apply("c", findings, frozenset(), now)
+        return [(n.receiver, n.kind, [a["rule"] for a in n.alerts]) for n in b.due(now)]
+
+    stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
+    assert sent([stalled], 0) == [("oncall", "firing", ["stalled"]), ("team-chat", "firing", ["stalled"])]
+    assert sent([stalled, stopped], 60) == [("oncall", "update", ["stopped"])]
+    assert sent([stalled, stopped], 120) == []  # muted for team-chat: no news while it is inhibited
+    assert sent([stopped], 180) == [("team-chat", "resolved", ["stalled"])]
+    assert sent([], 240) == [("oncall", "resolved", ["stopped"])]
+    assert b.groups == {}

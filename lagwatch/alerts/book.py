@@ -362,13 +362,13 @@ class AlertBook:
                 if a.state == "firing" and self.silenced(a, now) is None and not self.inhibited(a, inhibitors)
             ]
             live_keys = {a.key for a in live}
-            # Firing but silenced: a receiver told of one keeps it while nothing is sent (no news while the silence
-            # lasts), so that its end is still told, and an alert still firing when the silence expires goes on in
-            # the message the receiver has (forgotten, it came back as a new incident in a new Slack message, the
-            # old one left red).
+            # Firing but silenced or inhibited: a receiver told of one keeps it while nothing is sent (no news while
+            # it is muted), so that its end is still told, and an alert still firing when the silence expires goes
+            # on in the message the receiver has (forgotten, it came back as a new incident in a new Slack message,
+            # the old one left red). A receiver not routed the inhibiting alert was never told the resolve at all.
             muted = (
-                {a.key for a in alerts if a.state == "firing" and a.key not in live_keys and self.silenced(a, now)}
-                if len(live) < len(alerts) and self.silences
+                {a.key for a in alerts if a.state == "firing" and a.key not in live_keys}
+                if len(live) < len(alerts)
                 else _NONE
             )
             for receiver in self.receivers:
@@ -386,7 +386,7 @@ class AlertBook:
                 ]
                 kind = self._kind(told, group.last_notified_at.get(r), firing, current, left, now)
                 if kind is None:
-                    # Alerts silenced or inhibited since the last notification leave quietly, without a "resolved".
+                    # What else the receiver was told of is gone from the book: it leaves quietly.
                     gone = {a.key for a in left}
                     for k in [k for k in told if k not in current and k not in gone and k not in muted]:
                         del told[k]
