@@ -6,6 +6,7 @@ Polls every second (every 3 s where the test needs a gap between polls), windows
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
+from lagwatch.devbroker.jars import java_command
 from lagwatch.runtime import ClusterRuntime
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, unique, wait_for
@@ -44,6 +46,7 @@ def watch(
     recorder: Recorder,
     rules: dict[str, Any],
     poll_interval_s: float = 1,
+    also: tuple[str, ...] = (),
 ) -> Daemon:
     settings = load_settings(
         rules=rules, alerts={"group_wait_s": 0, "group_interval_s": 1}, state_dir=state_dir, http=LOOPBACK
@@ -52,7 +55,7 @@ def watch(
         bootstrap_servers=[bootstrap],
         poll_interval_s=poll_interval_s,
         request_timeout_s=5,
-        groups=NameFilter(include=[f"{prefix}-.*"]),
+        groups=NameFilter(include=[f"{prefix}-.*", *also]),
     )
     return Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder})
 
@@ -461,21 +464,29 @@ def test_recommitting_simple_group_unwarned_while_a_left_group_is_warned_before_
 
 
 def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_not(
-    bootstrap: str, tmp_path: Path
+    bootstrap: str, kafka_libs: Path, tmp_path: Path
 ) -> None:
     """Two groups subscribed to a topic receiving records: one commits what it reads, the other reads and never
     commits (stuck before its first commit). The second has no committed offset, so no lag: it paged nothing
-    at all. `no_commit` pages it once the window is covered, and resolves when it commits."""
+    at all. `no_commit` pages it once the window is covered, and resolves when it commits. Kafka's own console
+    consumer, given no group, reads the same topic in a group it makes up and never commits in: not paged."""
     prefix = unique("nocommit")
     topic = f"{prefix}-t"
     kafka_scenario.create_topic(bootstrap, topic, 2)
     kafka_scenario.produce(bootstrap, topic, {0: 5, 1: 5})
     stuck = kafka_scenario.subscribed_consumer(bootstrap, f"{prefix}-stuck", [topic])
     healthy = kafka_scenario.subscribed_consumer(bootstrap, f"{prefix}-healthy", [topic])
+    tool = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+    console = subprocess.Popen(
+        java_command(kafka_libs, tool, "--bootstrap-server", bootstrap, "--topic", topic),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     producer = KafkaProducer(bootstrap_servers=bootstrap)
     recorder = Recorder()
     rules = WINDOWS | {"no_commit": {"window_s": 4}, "lag": {"warning": {"offsets": 1000}, "for_s": 0}}
-    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules, also=("console-consumer-[0-9]+",))
+    polls = Polls(daemon)
     try:
         daemon.start()
         deadline = time.time() + 60
@@ -494,9 +505,25 @@ def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_
         stuck.commit()
         wait_for(lambda: len(recorder.kinds(f"{prefix}-stuck")) == 2, timeout=20, what="the resolve")
         assert recorder.kinds(f"{prefix}-stuck")[1][0] == "resolved"
+
+        def console_watched_s() -> float:  # while it reads, a member of the group it made up, with no offset
+            with polls.lock:
+                seen = [
+                    t for t, _, groups in polls.seen for g, v in groups.items() if g.startswith("console-") and v[1]
+                ]
+            return seen[-1] - seen[0] if seen else 0.0
+
+        while console_watched_s() < 12:  # three windows, records arriving all the while
+            assert time.time() < deadline + 60, "the console consumer never joined"
+            producer.send(topic, b"x", partition=0)
+            producer.flush()
+            time.sleep(0.3)
     finally:
         daemon.stop()
         producer.close()
         stuck.close()
         healthy.close()
+        console.terminate()
+        console.wait(30)
     assert recorder.kinds(f"{prefix}-healthy") == []
+    assert [n for n in recorder.sent if n.group_labels.get("group", "").startswith("console-consumer-")] == []

@@ -165,3 +165,19 @@ def test_the_alert_resolves_once_the_topic_is_no_longer_subscribed_or_is_deleted
     p = run(120, poll)
     assert told(p) == [("firing", "warning", ("no_commit",)), ("resolved", "resolved", ("no_commit",))], told(p)
     assert p.sent[1].created_at <= 1200 + 600 + 30  # once the window has passed without it assigned
+
+
+def test_kafkas_console_consumer_with_a_made_up_group_is_not_paged() -> None:
+    """Given no group, Kafka's console consumer makes one up (`console-consumer-<n>`) and never commits in it (seen
+    on Kafka 4.1: Stable, one member, no offset). Someone tailing a busy topic for ten minutes was paged. Such
+    groups are ignored by default (`no_commit.ignore_groups`); a group of one's own so named is paged if listed
+    no longer."""
+
+    def poll(i: int, t: float):  # type: ignore[no-untyped-def]
+        groups = [group(g, committed={}, assigned=(TP,)) for g in ("console-consumer-7132", "console-consumer-app")]
+        return snapshot(t, groups, {TP: 1000 + 30 * i})
+
+    p = run(40, poll)
+    assert [n.group_labels["group"] for n in p.sent] == ["console-consumer-app"]  # the digits only
+    p = run(40, poll, {"no_commit": {"ignore_groups": []}})
+    assert sorted(n.group_labels["group"] for n in p.sent) == ["console-consumer-7132", "console-consumer-app"]

@@ -242,7 +242,7 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
             ctx.hold("no_commit", tp.topic)
             continue
         rule = ctx.rules(tp.topic)[0].no_commit
-        if not rule.enabled:
+        if not rule.enabled or rule.ignores(ctx.group.group_id):
             continue
         progress = track.partitions.get(tp)
         if progress is None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lagwatch.matchers import check_pattern, full_match
 from lagwatch.model import alert_key
@@ -59,6 +59,21 @@ class NoCommitRule(WindowRule):
     """Members assigned a partition with records arriving over the whole window, and no committed offset there."""
 
     window_s: float = Field(default=600.0, gt=0)
+    ignore_groups: tuple[str, ...] = Field(
+        default=("console-consumer-[0-9]+",),
+        description="groups (regexes, matched whole) whose consumers do not commit by design; the default is the "
+        "group Kafka's console consumer makes up when it is given none, in which it never commits",
+    )
+
+    @field_validator("ignore_groups")
+    @classmethod
+    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for p in patterns:
+            check_pattern(p)
+        return patterns
+
+    def ignores(self, group: str) -> bool:
+        return any(full_match(p, group) for p in self.ignore_groups)
 
 
 class StoppedRule(WindowRule):
