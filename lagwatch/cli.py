@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from lagwatch import __version__, gc_policy, logs, malloc_policy
 from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
@@ -197,8 +199,15 @@ def _cmd_dev_broker(args: argparse.Namespace) -> int:
         settings[key.strip()] = value.strip()
     broker = LocalBroker(port=args.port, kafka_version=version, data_dir=args.data_dir, settings=settings)
     stop = threading.Event()
-    _on_signals(stop)
-    broker.start()
+    signals = _on_signals(stop)
+    signals.on_hard_exit.append(broker.kill)
+    try:
+        signals.interruptible = True
+        broker.start()
+        signals.interruptible = False
+    except StartupInterrupted:
+        print("lagwatch: stopped while the broker was starting", file=sys.stderr, flush=True)
+        return 0  # start() stopped what it had started
     try:
         print(f"bootstrap={broker.bootstrap}", flush=True)
         print(f"kafka {version} running, log in {broker.log_file}; Ctrl-C stops it", file=sys.stderr)
@@ -211,17 +220,45 @@ def _cmd_dev_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_signals(stop: threading.Event) -> None:
-    """The first SIGTERM or SIGINT stops cleanly; a second one, while that stop is under way, exits at once."""
+class StartupInterrupted(BaseException):
+    """A stop asked for while the demo starts (its jars, its broker): raised in the main thread, which unwinds what
+    was started. A BaseException, as KeyboardInterrupt: nothing on the way catches it as an error."""
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+
+class _Signals:
+    """The first SIGTERM or SIGINT stops cleanly; a second one, while that stop is under way, exits at once, after
+    `on_hard_exit` (the demo's broker is killed then: it runs in a session of its own, and was left running).
+    While `interruptible`, the first one interrupts the start-up instead of waiting for its end (a first start
+    fetches Kafka's jars for minutes, and Ctrl-C did nothing until the demo was up)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.interruptible = False
+        self.on_hard_exit: list[Callable[[], None]] = []
+
+    def install(self) -> _Signals:
+        signal.signal(signal.SIGINT, self._handler)
+        signal.signal(signal.SIGTERM, self._handler)
+        return self
+
+    def hard_exit(self, code: int) -> NoReturn:
+        for callback in self.on_hard_exit:
+            with contextlib.suppress(Exception):
+                callback()
+        os._exit(code)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop.is_set():
             os.write(2, b"lagwatch: second signal during the stop: exiting now, without waiting for it\n")
-            os._exit(1)
-        stop.set()
+            self.hard_exit(1)
+        self.stop.set()
+        if self.interruptible:
+            self.interruptible = False
+            raise StartupInterrupted
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+
+def _on_signals(stop: threading.Event) -> _Signals:
+    return _Signals(stop).install()
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -240,12 +277,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     malloc_policy.configure()  # before the saved state is loaded: its buffers are the first large ones
     stop = threading.Event()
-    _on_signals(stop)
+    signals = _on_signals(stop)
     with ExitStack() as cleanup:
         if not settings.clusters:
             from lagwatch.devbroker.demo import start_demo
 
-            settings = start_demo(settings, cleanup)
+            try:
+                signals.interruptible = True
+                settings = start_demo(settings, cleanup, signals.on_hard_exit)
+                signals.interruptible = False
+            except StartupInterrupted:
+                print("lagwatch: stopped while the demo was starting", file=sys.stderr, flush=True)
+                return 0  # the ExitStack stops what was started
         if args.interval is not None:
             clusters = {
                 n: c.model_copy(update={"poll_interval_s": args.interval}) for n, c in settings.clusters.items()
@@ -259,7 +302,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             stop.wait()
         finally:
-            watchdog = threading.Timer(STOP_HARD_LIMIT_S, _stop_overran)
+            watchdog = threading.Timer(STOP_HARD_LIMIT_S, _stop_overran, [signals])
             watchdog.daemon = True
             watchdog.start()
             daemon.stop()
@@ -275,7 +318,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 STOP_HARD_LIMIT_S = 28.0
 
 
-def _stop_overran() -> None:
+def _stop_overran(signals: _Signals) -> None:
     import logging
 
     logging.getLogger("lagwatch").error(
@@ -284,7 +327,7 @@ def _stop_overran() -> None:
         extra={"waited_s": STOP_HARD_LIMIT_S},
     )
     logging.shutdown()
-    os._exit(1)
+    signals.hard_exit(1)
 
 
 def _exit_now(polls_under_way: list[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -216,3 +217,96 @@ def test_a_lake_target_that_never_answers_does_not_hold_the_stop(tmp_path: Path)
     assert code == 0, text[-2000:]
     assert took < 20, f"exited {took:.1f} s after SIGTERM"
     assert "lake rows lost at shutdown" in text and '"lagwatch stopped"' in text
+
+
+def _demo(tmp_path: Path, cache: Path | None) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """`lagwatch run` without a cluster (the demo), in a session of its own as in a terminal, its temporary files
+    (the broker's data) under tmp_path/tmp: (process, its stderr, that directory)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "LAGWATCH_HTTP__ENABLED": "false"}
+    if cache is not None:
+        env["LAGWATCH_CACHE_DIR"] = str(cache)
+    log = tmp_path / "stderr.txt"
+    with open(log, "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lagwatch", "run"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+    return process, log, temp
+
+
+def _left_running(marker: Path) -> list[int]:
+    """Processes whose command line names `marker` (the broker's data directory, Maven's pom)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(marker) in cmdline and int(pid) != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def _kill_left(marker: Path) -> None:
+    """A failed test leaves no broker behind (it runs in a session of its own)."""
+    for pid in _left_running(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.kafka
+def test_ctrl_c_while_the_demo_fetches_kafka_stops_at_once_and_leaves_nothing(tmp_path: Path, kafka_libs: Path) -> None:
+    """A first start fetches Kafka's jars for minutes: Ctrl-C did nothing until the demo was up, and killed Maven
+    (in the terminal's process group), whose failure was reported instead. Now the start-up stops at once, Maven
+    with it, and the broker's temporary data goes too."""
+    cache = tmp_path / "cache"
+    process, log, temp = _demo(tmp_path, cache)
+    try:
+        wait_for(lambda: "fetching Apache Kafka" in log.read_text(), timeout=60, what="the jars' fetch")
+        time.sleep(0.5)
+        assert process.poll() is None
+        started = time.monotonic()
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground process group
+        code = process.wait(timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        time.sleep(0.5)
+        left = _left_running(cache) + _left_running(temp)
+        _kill_left(cache)
+        _kill_left(temp)
+    err = log.read_text()
+    assert code == 0 and elapsed < 5, (code, elapsed, err)
+    assert "stopped while the demo was starting" in err and "maven could not fetch" not in err, err
+    assert left == [] and list(temp.iterdir()) == []
+
+
+@pytest.mark.kafka
+def test_a_second_ctrl_c_during_the_demos_stop_leaves_no_broker_running(tmp_path: Path, kafka_libs: Path) -> None:
+    """The demo's broker runs in a session of its own (a Ctrl-C reaches lagwatch, which stops it). A second Ctrl-C
+    during the stop exits at once: the broker was left running, with its gigabyte of heap. It is killed now."""
+    process, log, temp = _demo(tmp_path, None)
+    try:
+        wait_for(lambda: "lagwatch running" in log.read_text(), timeout=120, what="the demo")
+        assert _left_running(temp)  # the broker, running from under tmp_path/tmp
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    try:
+        assert code == 1 and "second signal during the stop" in log.read_text()
+        wait_for(lambda: not _left_running(temp), timeout=10, what="the broker's end")
+    finally:
+        _kill_left(temp)

@@ -152,13 +152,25 @@ class LocalBroker:
         self._run_storage_tool(*args)
 
     def _run_storage_tool(self, *args: str) -> str:
-        done = subprocess.run(self._java("kafka.tools.StorageTool", *args), capture_output=True, text=True)
+        # A session of its own, as the broker's: a Ctrl-C reaches lagwatch, which stops the start-up (killed by it,
+        # the tool's failure was reported instead of the stop).
+        done = subprocess.run(
+            self._java("kafka.tools.StorageTool", *args), capture_output=True, text=True, start_new_session=True
+        )
         if done.returncode != 0:
             last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
             raise DevBrokerError(f"kafka storage format failed: {last}")
         return done.stdout
 
     def start(self, timeout: float = 90.0) -> LocalBroker:
+        try:
+            self._start(timeout)
+        except BaseException:  # a failed or interrupted start (StartupInterrupted) leaves nothing behind
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
         self.libs = ensure_kafka_jars(self.kafka_version, self.progress)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.data_dir / "server.properties"
@@ -174,7 +186,6 @@ class LocalBroker:
             start_new_session=True,  # a Ctrl-C in the terminal reaches lagwatch, which stops the broker itself
         )
         self._wait_ready(timeout)
-        return self
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -226,6 +237,14 @@ class LocalBroker:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self._own_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """At once, without waiting (an exit that cannot wait for `stop`): the process and its own data."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         if self._own_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

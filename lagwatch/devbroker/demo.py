@@ -18,22 +18,24 @@ ORDERS, PAYMENTS = "demo.orders", "demo.payments"
 DEMO_RETENTION_MINUTES = 15
 
 
-def start_demo(settings: Any, cleanup: ExitStack) -> Any:
-    """No cluster configured: a local Apache Kafka with demo traffic, and rules tuned to show alerts quickly."""
+def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[], None]] | None = None) -> Any:
+    """No cluster configured: a local Apache Kafka with demo traffic, and rules tuned to show alerts quickly. The
+    broker is killed by `on_hard_exit` (it runs in a session of its own: an exit without the stop left it running)."""
     import sys
 
     from lagwatch.config import ClusterConfig
     from lagwatch.devbroker import LocalBroker
 
     print("no cluster configured: starting a local Apache Kafka with demo traffic", file=sys.stderr, flush=True)
-    broker = cleanup.enter_context(
-        LocalBroker(
-            settings={
-                "offsets.retention.minutes": str(DEMO_RETENTION_MINUTES),
-                "offsets.retention.check.interval.ms": "30000",
-            }
-        )
+    broker = LocalBroker(
+        settings={
+            "offsets.retention.minutes": str(DEMO_RETENTION_MINUTES),
+            "offsets.retention.check.interval.ms": "30000",
+        }
     )
+    if on_hard_exit is not None:
+        on_hard_exit.append(broker.kill)
+    cleanup.enter_context(broker)
     traffic = DemoTraffic(broker.bootstrap).start()
     cleanup.callback(traffic.stop)
     print(f"local kafka at {broker.bootstrap}; alerts go to the log", file=sys.stderr, flush=True)

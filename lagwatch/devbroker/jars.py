@@ -76,16 +76,23 @@ def ensure_kafka_jars(version: str = DEFAULT_KAFKA_VERSION, progress: TextIO | N
         "-DincludeScope=runtime",
     ]
     _say(progress, f"fetching Apache Kafka {version} jars from Maven Central into {libs}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A session of its own: a Ctrl-C in the terminal reaches lagwatch, which stops Maven itself (killed by it,
+    # Maven's failure was reported instead of the stop).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     assert proc.stdout is not None
     tail: list[str] = []
     downloaded = 0
-    for line in proc.stdout:
-        tail = [*tail[-20:], line.rstrip()]
-        if "Downloaded from" in line:
-            downloaded += 1
-            if downloaded % 10 == 0:
-                _say(progress, f"  ... {downloaded} files downloaded")
+    try:
+        for line in proc.stdout:
+            tail = [*tail[-20:], line.rstrip()]
+            if "Downloaded from" in line:
+                downloaded += 1
+                if downloaded % 10 == 0:
+                    _say(progress, f"  ... {downloaded} files downloaded")
+    except BaseException:  # interrupted (lagwatch run's StartupInterrupted): Maven goes too
+        proc.kill()
+        proc.wait()
+        raise
     if proc.wait() != 0:
         missing = next((t for t in tail if "Could not resolve" in t or "not found" in t), None)
         raise DevBrokerError(f"maven could not fetch Kafka {version}: {missing or tail[-1] if tail else 'no output'}")
