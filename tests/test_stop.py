@@ -149,7 +149,11 @@ def test_a_send_under_way_at_the_stop_is_waited_for_and_its_outcome_saved(
         wait_for(lambda: receiver.received == 1, timeout=20, what="the firing notification's send")
         daemon.stop(grace_s=1)
         assert receiver.answered == 1
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        # This daemon's own records (another test's client threads in this worker may log about their broker).
+        ours = [
+            r for r in caplog.records if r.name.startswith(("lagwatch.daemon", "lagwatch.notify", "lagwatch.state"))
+        ]
+        assert not [r for r in ours if r.levelno >= logging.WARNING], caplog.text
         again = _daemon_with_hook(tmp_path, receiver.url)
         assert again.outbox.pending() == 0  # delivered, and known to be: nothing is sent twice
         again.store.close()
