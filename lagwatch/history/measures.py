@@ -157,6 +157,8 @@ def measure_group(
                     topic_seconds[topic] = seconds
                 if lag_time.estimated:
                     estimated_topics.add(topic)
+            else:  # records wait, and when they were written is unknown (a log's history wiped by an election):
+                estimated_topics.add(p.topic)  # the topic's figure is only its other partitions', a lower bound
         consumed = consumption_rate(progress, since, start) if progress is not None else None
         measures.append(new_tuple(PartitionMeasure, (p, lag_time, production_rate, consumed)))  # see group_lag
         if committed is not None:

@@ -286,6 +286,9 @@ class ClusterHistory:
     )
     evidence_since: float | None = None
     blind: bool = False  # a poll was held since the last one taken (dated before it: the clock went back)
+    # Partitions whose log end was not read at the poll that ended a blind spell: resumed when next read. Not
+    # saved: a restart is a blind spell of its own, and resumes every partition.
+    resume_owed: set[TopicPartition] = field(default_factory=set, repr=False, compare=False)
     exact: ExactClocks = field(default_factory=ExactClocks)
     # The times of the last MAX_SAMPLES good polls (poll number `poll_times_first` first), and each partition's
     # log end at those polls: every group's samples share them.
@@ -470,6 +473,12 @@ class ClusterHistory:
             del self.poll_times[:excess]
             self.poll_times_first += excess
         poll = self.poll_times_first + len(self.poll_times) - 1
+        resume_owed = self.resume_owed
+        if resumed:
+            # A partition whose log end is not read at this poll (a leader election after an outage) takes what its
+            # log grew by at the first poll that reads it: spread back over the spell, a burst at its end read as
+            # 28 minutes behind a consumer 3 minutes behind, and paged.
+            resume_owed.update(self.timelines)
         for tp, offsets in snapshot.partitions.items():
             ends = self.log_ends.get(tp)
             if ends is None:
@@ -482,8 +491,9 @@ class ClusterHistory:
                 timeline = self.timelines.get(tp)
                 if timeline is None:
                     timeline = self.timelines[tp] = LogEndTimeline()
-                if resumed:
+                if resumed or (resume_owed and tp in resume_owed):
                     timeline.resume(now)
+                    resume_owed.discard(tp)
                 timeline.add(now, offsets.log_end)
         seen = set()
         for group in snapshot.groups:
@@ -744,6 +754,7 @@ class ClusterHistory:
                 if tp not in needed:
                     self.timelines.pop(tp, None)
                     self.log_ends.pop(tp, None)
+                    self.resume_owed.discard(tp)
 
     # -- persistence (plain JSON-able data) --------------------------------------------------------------
 

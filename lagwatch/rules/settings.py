@@ -62,7 +62,8 @@ class NoCommitRule(WindowRule):
     ignore_groups: tuple[str, ...] = Field(
         default=("console-consumer-[0-9]+",),
         description="groups (regexes, matched whole) whose consumers do not commit by design; the default is the "
-        "group Kafka's console consumer makes up when it is given none, in which it never commits",
+        "group Kafka's console consumer makes up when it is given none, in which it never commits (a list given "
+        "replaces it: keep it there)",
     )
 
     @field_validator("ignore_groups")

@@ -76,7 +76,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
             else:
                 progress = "no catch-up estimate yet"
         lag_time = "" if max_seconds is None else f", {duration(max_seconds)} behind"
-        if estimated:
+        if estimated and max_seconds is not None:
             lag_time += " (estimated)"
         yield ctx.finding(
             "lag",
