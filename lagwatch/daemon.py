@@ -122,6 +122,19 @@ class Daemon:
         self._metrics_lock = threading.Lock()
         self.http: HttpServer | None = None
         self.lake = self._open_lake()
+        self._resolve_unconfigured_clusters()
+
+    def _resolve_unconfigured_clusters(self) -> None:
+        """Alerts of a cluster no longer configured (removed, or renamed) resolve: nothing else ever would, and they
+        were repeated for good, beside the renamed cluster's own."""
+        now = self.clock()
+        gone = sorted({a.cluster for a in self.book.alerts.values()} - set(self.clusters))
+        for cluster in gone:
+            count = sum(1 for a in self.book.alerts.values() if a.cluster == cluster and a.state != "resolved")
+            log.warning(
+                "alerts of a cluster no longer configured resolved", extra={"cluster": cluster, "alerts": count}
+            )
+            self.book.apply(cluster, [], frozenset(), now)
 
     # -- state ------------------------------------------------------------------------------------------------------
 
@@ -215,6 +228,12 @@ class Daemon:
                 log.error("history unreadable, trying the one saved before", extra={"cluster": name, "error": str(e)})
         if history is None:
             history = ClusterHistory(name)
+        dropped = history.forget_unwatched(config.groups.matches, config.topics.matches)
+        if dropped:
+            log.info(
+                "history of groups and topics no longer watched let go",
+                extra={"cluster": name, "group_partitions": dropped},
+            )
         # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
         history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
         # Also twice the longest stalled window that learns: the commit waits are measured on the rings.

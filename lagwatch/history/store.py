@@ -727,6 +727,27 @@ class ClusterHistory:
                 return since  # nothing waiting at that poll: the run starts after it
             since = t
 
+    def forget_unwatched(self, group_watched: Callable[[str], bool], topic_watched: Callable[[str], bool]) -> int:
+        """Lets go of the groups and topics the cluster's filters no longer watch (a filter narrowed between two
+        runs): missing from the next poll, they read as deleted or expired, and every one of them paged `expired`
+        for an hour. Returns how many group-partitions went."""
+        dropped = 0
+        for group_id in [g for g in self.groups if not group_watched(g)]:
+            dropped += len(self.groups.pop(group_id).partitions)
+        for track in self.groups.values():
+            for tp in [tp for tp in track.partitions if not topic_watched(tp.topic)]:
+                del track.partitions[tp]
+                track.rewinds.pop(tp, None)
+                dropped += 1
+            v = track.vanished
+            if v is not None and any(not topic_watched(tp.topic) for tp in v.offsets):
+                kept = {tp: o for tp, o in v.offsets.items() if topic_watched(tp.topic)}
+                track.vanished = Vanished(v.at, kept, v.group_gone, v.clocks) if kept else None
+        for tp in [tp for tp in (*self.timelines, *self.log_ends) if not topic_watched(tp.topic)]:
+            self.timelines.pop(tp, None)
+            self.log_ends.pop(tp, None)
+        return dropped
+
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
         """Offsets of a deleted topic vanish with it: a deletion, not an expiry."""
         for track in self.groups.values():

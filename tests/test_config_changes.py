@@ -1,0 +1,110 @@
+"""The configuration changed between two runs, on the same state: what a restart does with what it saved.
+
+Found by testing `lagwatch run` on a real broker: a removed or renamed cluster's alerts were repeated for good, and
+a narrowed group or topic filter paged every group it left out as `expired`."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.model import ClusterSnapshot, TopicPartition
+from tests.conftest import wait_for
+from tests.live import Recorder
+from tests.synthetic import TP, group, snapshot
+
+OTHER = TopicPartition("audit", 0)
+
+
+class Polls:
+    """Groups as the broker has them; the daemon's filters decide what a poll reads (ClusterPoller filters so)."""
+
+    def __init__(self, name: str, config: ClusterConfig) -> None:
+        self.name, self.config = name, config
+        self.t = time.time() - 3600
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += 30
+        groups = [
+            group("stuck", committed={TP: 10}, state="Empty", members=0),  # lags 490, no consumer: `stopped`
+            group("batch", committed={TP: 500}, state="Empty", members=0),
+            group("two-topics", committed={TP: 500, OTHER: 40}, state="Empty", members=0),
+        ]
+        watched = [
+            dataclasses.replace(
+                g, committed={tp: c for tp, c in g.committed.items() if self.config.topics.matches(tp.topic)}
+            )
+            for g in groups
+            if self.config.groups.matches(g.group_id)
+        ]
+        ends = {tp: e for tp, e in {TP: 500, OTHER: 40}.items() if self.config.topics.matches(tp.topic)}
+        return dataclasses.replace(snapshot(self.t, watched, ends), cluster=self.name)
+
+    def close(self) -> None:
+        pass
+
+
+def _daemon(state: Path, clusters: dict[str, ClusterConfig], recorder: Recorder) -> Daemon:
+    settings = load_settings(
+        state_dir=state,
+        http={"enabled": False},
+        rules={"stopped": {"window_s": 60}, "lag": {"enabled": False}},
+        alerts={"group_wait_s": 0, "group_interval_s": 0, "repeat_interval_s": 60},
+    )
+    return Daemon(
+        settings,
+        clusters=clusters,
+        notifiers={"record": recorder},
+        poller_factory=Polls,
+        reader_factory=None,
+    )
+
+
+def _config(**filters: Any) -> ClusterConfig:
+    return ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=30, **filters)
+
+
+def _run(daemon: Daemon, cluster: str, polls: int) -> None:
+    for _ in range(polls):
+        daemon.poll_cluster(cluster)
+        wait_for(lambda: daemon.outbox.pending() == 0, timeout=10, what="the notifications' delivery")
+
+
+def test_a_removed_or_renamed_clusters_alerts_resolve_at_the_restart(tmp_path: Path) -> None:
+    """Nothing but that cluster's polls ever resolved them: they were repeated for good (and, renamed, beside the
+    new name's own). They resolve when the daemon starts without the cluster, with one log line."""
+    first = Recorder()
+    daemon = _daemon(tmp_path, {"old": _config()}, first)
+    daemon.dispatcher.start()
+    _run(daemon, "old", 5)
+    assert ("firing", ("stopped",)) in first.kinds("stuck")
+    daemon.stop()
+    second = Recorder()
+    again = _daemon(tmp_path, {"new": _config()}, second)
+    again.dispatcher.start()
+    _run(again, "new", 5)
+    again.stop()
+    old = [(n.kind, n.group_labels["cluster"]) for n in second.sent if n.group_labels.get("group") == "stuck"]
+    assert old[0] == ("resolved", "old") and ("repeat", "old") not in old
+    assert not [a for a in again.book.alerts.values() if a.cluster == "old"]
+
+
+def test_a_narrowed_filter_pages_nothing_about_what_it_leaves_out(tmp_path: Path) -> None:
+    """Groups and topics the new filters leave out were missing from the next poll, read as deleted or expired:
+    each paged `expired` for an hour. Their history is let go at the restart."""
+    first = Recorder()
+    daemon = _daemon(tmp_path, {"c": _config()}, first)
+    daemon.dispatcher.start()
+    _run(daemon, "c", 3)
+    daemon.stop()
+    second = Recorder()
+    narrowed = _config(groups=NameFilter(exclude=["batch"]), topics=NameFilter(exclude=["audit"]))
+    again = _daemon(tmp_path, {"c": narrowed}, second)
+    again.dispatcher.start()
+    _run(again, "c", 5)
+    again.stop()
+    assert [n for n in second.sent for a in n.alerts if a["rule"] == "expired"] == []
