@@ -319,3 +319,36 @@ def test_one_queued_notification_of_another_shape_is_set_aside_alone(tmp_path: P
         assert groups == [f"g{i}" for i in range(5)]
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied"])
+def test_a_state_database_deleted_or_emptied_starts_from_the_last_good_copy(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite takes a missing or empty file for a new database: every incident announced before was announced
+    again, and resolves owed were lost, without a word. The last good copy is used, with one line."""
+    store = StateStore(tmp_path).open()
+    store.save_alerts(book_with(2), Outbox())
+    store.close()  # leaves state.db.last-good
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"state.db{suffix}").unlink(missing_ok=True)
+    if damage == "deleted":
+        (tmp_path / "state.db").unlink()
+    else:
+        (tmp_path / "state.db").write_bytes(b"")
+    store = StateStore(tmp_path).open()
+    assert len(store.read_alerts()["book"]["alerts"]) == 2
+    store.close()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "state database missing or empty: starting from the last good copy (saved at the last clean stop)"
+    ]
+
+
+def test_a_deleted_lock_file_does_not_let_a_second_daemon_in(tmp_path: Path) -> None:
+    """A clean-up that deleted `lock` let a second daemon open the same state database: both sent everything."""
+    first = StateStore(tmp_path).open()
+    (tmp_path / "lock").unlink()
+    with pytest.raises(LagwatchError, match="in use by another lagwatch process"):
+        StateStore(tmp_path).open()
+    first.close()
+    StateStore(tmp_path).open().close()  # free again once the first is gone

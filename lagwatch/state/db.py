@@ -92,6 +92,17 @@ class StateDatabase:
     # -- opening --------------------------------------------------------------------------------------------------
 
     def open(self) -> StateDatabase:
+        if self._missing_or_empty() and (self.directory / LAST_GOOD).is_file():
+            # Deleted, or truncated to nothing (a failed copy, a full disk): SQLite takes an empty file for a new
+            # database, and every incident announced before was announced again, every resolve owed was lost.
+            log.warning(
+                "state database missing or empty: starting from the last good copy (saved at the last clean stop)",
+                extra={"file": str(self.path)},
+            )
+            for suffix in ("", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self._db = self._connect_last_good(quiet=True)
+            return self
         try:
             self._db = self._connect(self.path)
         except sqlite3.OperationalError as e:
@@ -172,7 +183,14 @@ class StateDatabase:
             extra={"file": str(self.path), "moved_to": str(aside), "error": str(error)},
         )
 
-    def _connect_last_good(self) -> sqlite3.Connection:
+    def _missing_or_empty(self) -> bool:
+        """No database in the file, nor in its write-ahead log (which SQLite would read)."""
+        wal = Path(f"{self.path}-wal")
+        if wal.is_file() and wal.stat().st_size > 0:
+            return False
+        return not self.path.is_file() or self.path.stat().st_size == 0
+
+    def _connect_last_good(self, quiet: bool = False) -> sqlite3.Connection:
         last_good = self.directory / LAST_GOOD
         if last_good.is_file():
             try:
@@ -182,7 +200,8 @@ class StateDatabase:
                 ):
                     source.backup(target)
                 db = self._connect(self.path)
-                log.warning("state restored from the last good copy", extra={"file": str(last_good)})
+                if not quiet:
+                    log.warning("state restored from the last good copy", extra={"file": str(last_good)})
                 return db
             except (sqlite3.DatabaseError, _NewerSchemaError) as e:
                 self._set_aside_file(e)

@@ -2,7 +2,8 @@
 
   state.db             alert states, alert groups, storms, API silences, the outbox, message references, history
   state.db.last-good   a copy made at every clean stop, used when state.db is damaged or from a newer lagwatch
-  lock                 held while a daemon runs: two daemons on one state directory would send duplicates
+  lock                 held while a daemon runs (with the directory itself): two daemons on one state directory
+                       would send duplicates
 
 Older lagwatch versions wrote JSON files (alerts.json, history/<cluster>.json): they are imported once, then
 renamed `*.imported`.
@@ -33,6 +34,7 @@ class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock_file: IO[str] | None = None
+        self._dir_fd: int | None = None
         self.db = StateDatabase(directory)
 
     def open(self) -> StateStore:
@@ -44,11 +46,17 @@ class StateStore:
             self._lock_file = open(self.directory / "lock", "a+")  # noqa: SIM115 - held for the daemon's lifetime
         except OSError as e:
             raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot write in it: {e.strerror}") from None
+        # The directory itself is locked too: a `lock` file deleted by a clean-up let a second daemon start on the
+        # same state database, and both sent every notification.
+        self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             self._lock_file = None
+            os.close(self._dir_fd)  # closing releases whatever lock it held
+            self._dir_fd = None
             raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
         self.db.open()
         self._import_json_files()
@@ -60,6 +68,9 @@ class StateStore:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     # -- alerts, outbox, history ----------------------------------------------------------------------------------
 
