@@ -169,6 +169,9 @@ class Daemon:
                 created_at = n.get("created_at")
                 if isinstance(alerts, list) and isinstance(created_at, int | float):
                     book.undelivered_raw(row["notifier"], n["group_key"], float(created_at), alerts)
+        relabelled = book.relabel(lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")))
+        if relabelled:  # the configuration's labels changed since they were saved: the incidents go on
+            log.info("alerts take the labels the configuration now gives them", extra={"alerts": relabelled})
         if book.alerts or outbox.deliveries:
             log.info(
                 "alert state restored",

@@ -276,3 +276,20 @@ def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
     assert sent([stopped], 180) == [("team-chat", "resolved", ["stalled"])]
     assert sent([], 240) == [("oncall", "resolved", ["stopped"])]
     assert b.groups == {}
+
+
+def test_group_by_rule_groups_by_the_rule_and_severity_is_refused() -> None:
+    """`rule` is no label: in group_by it grouped nothing (every group key said `rule=`). It groups by the rule,
+    as routes and silences take it. `severity` changes while an alert fires: refused, with the field named."""
+    import pytest
+    from pydantic import ValidationError
+
+    b = book(group_wait_s=0, group_interval_s=0, group_by=["cluster", "group", "rule"])
+    b.apply("c", [finding("stalled", topic=""), finding("stopped", topic="")], frozenset(), 0)
+    b.receivers = ()
+    assert sorted(b.group_key(a)[0] for a in b.alerts.values()) == [
+        "cluster=c|group=g|rule=stalled",
+        "cluster=c|group=g|rule=stopped",
+    ]
+    with pytest.raises(ValidationError, match="group_by"):
+        AlertsConfig.model_validate({"group_by": ["cluster", "severity"]})

@@ -108,3 +108,32 @@ def test_a_narrowed_filter_pages_nothing_about_what_it_leaves_out(tmp_path: Path
     _run(again, "c", 5)
     again.stop()
     assert [n for n in second.sent for a in n.alerts if a["rule"] == "expired"] == []
+
+
+def test_a_label_added_by_an_override_carries_the_firing_alert_on(tmp_path: Path) -> None:
+    """Labels are part of an alert's key: an override that added a routing label (team) resolved the firing alert
+    at the restart and fired it again as a new incident after its `for`. It now goes on under its new labels."""
+    first = Recorder()
+    daemon = _daemon(tmp_path, {"c": _config()}, first)
+    daemon.dispatcher.start()
+    _run(daemon, "c", 5)
+    daemon.stop()
+    assert first.kinds("stuck") == [("firing", ("stopped",))]
+    second = Recorder()
+    settings = load_settings(
+        state_dir=tmp_path,
+        http={"enabled": False},
+        rules={
+            "stopped": {"window_s": 60},
+            "lag": {"enabled": False},
+            "overrides": [{"match": {"group": "stuck"}, "labels": {"team": "payments"}}],
+        },
+        alerts={"group_wait_s": 0, "group_interval_s": 0, "repeat_interval_s": 3600},
+    )
+    again = Daemon(settings, {"c": _config()}, {"record": second}, poller_factory=Polls, reader_factory=None)
+    again.dispatcher.start()
+    _run(again, "c", 5)
+    again.stop()
+    assert second.kinds("stuck") == []  # neither a "resolved" nor a new "firing"
+    (alert,) = [a for a in again.book.alerts.values() if a.group == "stuck"]
+    assert alert.state == "firing" and alert.labels["team"] == "payments"

@@ -25,7 +25,7 @@ groups are tracked and resolve one by one as always (API, metrics), quietly for 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -289,8 +289,33 @@ class AlertBook:
 
     # -- notifications ------------------------------------------------------------------------------------------
 
+    def relabel(self, labels_of: Callable[[Alert], tuple[Mapping[str, str], str]]) -> int:
+        """Alerts whose labels the configuration now gives otherwise (a routing label added by an override, or
+        `rules.labels` changed between two runs) take them, and the key they give: the labels are part of an
+        alert's key, so at the restart the alert under its old key resolved, and the same incident fired again
+        under the new one after its `for` (its hysteresis lost too). `labels_of` answers (labels, key suffix), as
+        the rules' resolver does. What receivers were told follows. Returns how many alerts moved."""
+        moved: dict[str, tuple[str, Mapping[str, str]]] = {}
+        for key, alert in self.alerts.items():
+            labels, suffix = labels_of(alert)
+            new_key = alert.rule + suffix
+            if new_key != key and new_key not in self.alerts:
+                moved[key] = (new_key, labels)
+        for old, (new, labels) in moved.items():
+            alert = self.alerts.pop(old)
+            alert.key, alert.labels = new, dict(labels)
+            self.alerts[new] = alert
+        if moved:
+            for group in self.groups.values():
+                for told in group.notified.values():
+                    for old in [k for k in told if k in moved]:
+                        told[moved[old][0]] = told.pop(old)
+            self._group_keys.clear()
+        return len(moved)
+
     def group_key(self, alert: Alert) -> tuple[str, dict[str, str]]:
-        labels = {name: alert.labels.get(name, "") for name in self.config.group_by}
+        # `rule` as routes and silences take it (Alertmanager's alertname): not a label, it grouped nothing.
+        labels = {name: alert.rule if name == "rule" else alert.labels.get(name, "") for name in self.config.group_by}
         return "|".join(f"{key_part(k)}={key_part(v)}" for k, v in labels.items()), labels
 
     def silenced(self, alert: Alert, now: float) -> Silence | None:

@@ -58,3 +58,10 @@ class AlertsConfig(_Strict):
     storm_threshold: int = Field(default=20, ge=1)
     silences: list[SilenceConfig] = Field(default_factory=list)
     inhibit_rules: list[InhibitRule] = Field(default_factory=_default_inhibitions)
+
+    @field_validator("group_by")
+    @classmethod
+    def _groupable(cls, names: list[str]) -> list[str]:
+        if "severity" in names:  # an escalation would move the alert to another group, and strand the first
+            raise ValueError("severity changes while an alert fires: it cannot group alerts")
+        return names
