@@ -1155,10 +1155,12 @@ def test_a_consumer_that_catches_up_after_a_blind_spell_resolves() -> None:
     assert "lag" not in p.firing() and _lag_notifications(p)[-1] == ("resolved", "resolved")
 
 
-def test_a_partition_unread_when_a_blind_spell_ends_takes_its_growth_when_next_read() -> None:
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_partition_unread_when_a_blind_spell_ends_takes_its_growth_when_next_read(restart: bool) -> None:
     """lagwatch was blind for two hours; the topic was quiet, then busy in the spell's last minutes. Partition 0's
     log end was not read at the first poll after it (no leader yet), so what its log grew by was spread back over
-    the two hours at the next poll: a consumer 3 minutes behind read as 28 minutes behind, and was paged."""
+    the two hours at the next poll: a consumer 3 minutes behind read as 28 minutes behind, and was paged. Also
+    across a restart just after that poll, shorter than a blind spell (what is owed is saved)."""
     p0, p1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
     rules = SECONDS_RULES | {"lag": {"warning": {"seconds": 300}, "critical": {"seconds": 1800}, "for_s": 60}}
     p = Pipeline(rules, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
@@ -1173,7 +1175,28 @@ def test_a_partition_unread_when_a_blind_spell_ends_takes_its_growth_when_next_r
                 snap, partitions={**snap.partitions, p0: PartitionOffsets(None, None, error="LEADER_NOT_AVAILABLE")}
             )
         seconds = p.step(snap).measures["g"].max_lag_seconds
+        if restart and t == 10800:  # the history saved and loaded, seconds down
+            restored = ClusterHistory.from_json(json.loads(json.dumps(p.history.to_json())))
+            restored.max_gap_s, restored.keep = p.history.max_gap_s, p.history.keep
+            p.history = p.pipeline.history = restored
         if t > 10800 and seconds is not None:
             worst = max(worst, seconds)
     assert worst <= 181, worst
     assert _lag_notifications(p) == []
+
+
+def test_a_lower_bound_never_resolves_an_alert_whose_firing_level_is_on_records() -> None:
+    """Warning on seconds, critical on records. A stalled consumer went critical; during a blind spell it came
+    back and stuck 50 records short of a log that stopped growing (those records 1.6 hours old: a warning). Their
+    time after the spell is a lower bound: the critical, disproved by the records, was resolved, and a new warning
+    paged 6 minutes later. It is lowered to the warning the seconds cannot rule out, never resolved."""
+    rules = SECONDS_RULES | {"lag": {"warning": {"seconds": 300}, "critical": {"offsets": 100000}, "for_s": 60}}
+    p = Pipeline(rules, {"group_wait_s": 0, "group_interval_s": 0}, max_gap_s=90)
+    for t in range(0, 4 * 3600, 30):
+        if 4600 <= t < 10800:
+            continue
+        end = min(t, 5000) * 100 + 100
+        committed = end if t < 3000 else (300100 if t < 4600 else end - 50)
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    assert _lag_notifications(p) == [("firing", "warning"), ("update", "critical"), ("update", "warning")]
+    assert p.firing()["lag"] == "warning"

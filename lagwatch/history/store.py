@@ -286,8 +286,8 @@ class ClusterHistory:
     )
     evidence_since: float | None = None
     blind: bool = False  # a poll was held since the last one taken (dated before it: the clock went back)
-    # Partitions whose log end was not read at the poll that ended a blind spell: resumed when next read. Not
-    # saved: a restart is a blind spell of its own, and resumes every partition.
+    # Partitions whose log end was not read at the poll that ended a blind spell: resumed when next read. Saved:
+    # a restart shorter than max_gap_s is no blind spell of its own (its growth was spread back, and paged).
     resume_owed: set[TopicPartition] = field(default_factory=set, repr=False, compare=False)
     exact: ExactClocks = field(default_factory=ExactClocks)
     # The times of the last MAX_SAMPLES good polls (poll number `poll_times_first` first), and each partition's
@@ -746,6 +746,7 @@ class ClusterHistory:
         for tp in [tp for tp in (*self.timelines, *self.log_ends) if not topic_watched(tp.topic)]:
             self.timelines.pop(tp, None)
             self.log_ends.pop(tp, None)
+            self.resume_owed.discard(tp)
         return dropped
 
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
@@ -798,6 +799,8 @@ class ClusterHistory:
             "polls": self.polls,
             "evidence_since": self.evidence_since,
             "blind": self.blind,
+            # Optional (saves before it have none): a restart shorter than max_gap_s is no blind spell of its own.
+            "resume_owed": [[tp.topic, tp.partition] for tp in self.resume_owed],
             "poll_times_first": self.poll_times_first,
             "poll_times": list(self.poll_times),
             "timelines": [
@@ -824,6 +827,7 @@ class ClusterHistory:
             evidence_since=data.get("evidence_since"),
             blind=bool(data.get("blind", False)),
         )
+        history.resume_owed = {TopicPartition(str(t), int(p)) for t, p in data.get("resume_owed", ())}
         if version < 3:
             _read_v2(history, data)
             return history

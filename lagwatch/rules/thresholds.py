@@ -32,17 +32,22 @@ def lag_severity(rule: LagRule, offsets: int, seconds: float | None, active: str
     return None
 
 
-def _seconds_in_doubt(
+def _kept_in_doubt(
     rule: LagRule, active: str | None, severity: str | None, offsets: int, seconds: float | None, estimated: bool
-) -> bool:
-    """Whether a firing alert would be lowered or resolved on a lag in seconds lagwatch does not know: unknown
-    (the log's history wiped by a truncation, or lost) or only a lower bound (older than the history, or produced
-    during a blind spell, dated at its end). Such an alert is held as it is: the records are still behind, and
-    a consumer 40 minutes behind was resolved after an outage, then paged again from warning."""
+) -> str | None:
+    """The level a firing alert keeps when it would be lowered or resolved on a lag in seconds lagwatch does not
+    know: unknown (the log's history wiped by a truncation, or lost) or only a lower bound (older than the history,
+    or produced during a blind spell, dated at its end). Records are still behind, and a consumer 40 minutes behind
+    was resolved after an outage, then paged again from warning. It keeps the highest level at or below its own
+    that a seconds threshold could justify (a critical on records alone, with records now below it, is disproved:
+    warning, if that one is on seconds); None when nothing is in doubt or no such level would be above `severity`."""
     level = _RANK.get(active or "", 0)
-    if not level or _RANK.get(severity or "", 0) >= level or offsets <= 0:
-        return False
-    return (seconds is None or estimated) and getattr(rule, active or "").seconds is not None
+    if not level or _RANK.get(severity or "", 0) >= level or offsets <= 0 or not (seconds is None or estimated):
+        return None
+    for name in ("critical", "warning"):
+        if _RANK[name] <= level and getattr(rule, name).seconds is not None:
+            return name if _RANK[name] > _RANK.get(severity or "", 0) else None
+    return None
 
 
 def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
@@ -55,9 +60,12 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
             continue
         active = ctx.active_severity("lag", topic.topic)
         severity = lag_severity(rules.lag, topic.sum_lag, max_seconds, active)
-        if _seconds_in_doubt(rules.lag, active, severity, topic.sum_lag, max_seconds, estimated):
-            ctx.hold("lag", topic.topic)
-            continue
+        kept = _kept_in_doubt(rules.lag, active, severity, topic.sum_lag, max_seconds, estimated)
+        if kept is not None:
+            if kept == active:
+                ctx.hold("lag", topic.topic)
+                continue
+            severity = kept
         if severity is None:
             continue
         if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
