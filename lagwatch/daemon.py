@@ -130,11 +130,11 @@ class Daemon:
         now = self.clock()
         gone = sorted({a.cluster for a in self.book.alerts.values()} - set(self.clusters))
         for cluster in gone:
-            count = sum(1 for a in self.book.alerts.values() if a.cluster == cluster and a.state != "resolved")
+            firing = sum(1 for a in self.book.alerts.values() if a.cluster == cluster and a.state == "firing")
+            self.book.apply(cluster, [], frozenset(), now)  # firing ones resolve, pending ones are dropped
             log.warning(
-                "alerts of a cluster no longer configured resolved", extra={"cluster": cluster, "alerts": count}
+                "alerts of a cluster no longer configured resolved", extra={"cluster": cluster, "alerts": firing}
             )
-            self.book.apply(cluster, [], frozenset(), now)
 
     # -- state ------------------------------------------------------------------------------------------------------
 
@@ -169,9 +169,14 @@ class Daemon:
                 created_at = n.get("created_at")
                 if isinstance(alerts, list) and isinstance(created_at, int | float):
                     book.undelivered_raw(row["notifier"], n["group_key"], float(created_at), alerts)
-        relabelled = book.relabel(lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")))
+        relabelled = book.relabel(
+            lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")), self.clock()
+        )
         if relabelled:  # the configuration's labels changed since they were saved: the incidents go on
-            log.info("alerts take the labels the configuration now gives them", extra={"alerts": relabelled})
+            log.info(
+                "alerts go on under the labels the configuration now gives them (the old labels resolve)",
+                extra={"alerts": relabelled},
+            )
         if book.alerts or outbox.deliveries:
             log.info(
                 "alert state restored",

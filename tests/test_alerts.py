@@ -293,3 +293,24 @@ def test_group_by_rule_groups_by_the_rule_and_severity_is_refused() -> None:
     ]
     with pytest.raises(ValidationError, match="group_by"):
         AlertsConfig.model_validate({"group_by": ["cluster", "severity"]})
+
+
+def test_relabelled_alerts_end_their_old_labels_for_every_receiver_told_and_go_on_at_once() -> None:
+    """A label (team) that the configuration now gives otherwise, used in group_by and in a route. The old labels
+    end for every receiver told of them (a receiver routed only the old team, an Alertmanager keyed on labels);
+    the alert goes on under the new ones, firing at once, at its severity (its `for` is not waited out again)."""
+    from lagwatch.alerts.book import Receiver
+
+    b = book(group_wait_s=0, group_interval_s=0, group_by=["cluster", "group", "team"])
+    b.receivers = (Receiver("all"), Receiver("pay", matchers=(("team", "payments"),)))
+    old = Finding("stopped", "critical", "c", "g", {"cluster": "c", "group": "g", "team": "payments"}, "s", {}, 60)
+    b.apply("c", [old], frozenset(), 0)
+    b.apply("c", [old], frozenset(), 60)
+    assert [(n.receiver, n.kind) for n in b.due(60)] == [("all", "firing"), ("pay", "firing")]
+    billing = {"cluster": "c", "group": "g", "team": "billing"}
+    moved = b.relabel(lambda a: (billing, "|" + "|".join(f"{k}={v}" for k, v in sorted(billing.items()))), 100)
+    assert moved == 1
+    sent = sorted((n.receiver, n.kind, n.group_labels["team"]) for n in b.due(100))
+    assert sent == [("all", "firing", "billing"), ("all", "resolved", "payments"), ("pay", "resolved", "payments")]
+    (alert,) = [a for a in b.alerts.values() if a.state != "resolved"] or [None]
+    assert alert is not None and alert.state == "firing" and alert.severity == "critical" and alert.fired_at == 60

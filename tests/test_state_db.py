@@ -352,3 +352,62 @@ def test_a_deleted_lock_file_does_not_let_a_second_daemon_in(tmp_path: Path) -> 
         StateStore(tmp_path).open()
     first.close()
     StateStore(tmp_path).open().close()  # free again once the first is gone
+
+
+def test_a_state_database_deleted_after_a_crash_starts_from_the_last_good_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a SIGKILL the write-ahead log is left beside the database; with the database deleted, the log alone
+    was taken for state to read, and lagwatch started from nothing without a word. The last good copy is used,
+    and the orphaned log kept aside."""
+    store = StateStore(tmp_path).open()
+    store.save_alerts(book_with(2), Outbox())
+    store.close()  # leaves state.db.last-good with 2 alerts
+    crash = "\n".join(
+        [
+            "import os, sys",
+            "sys.path.insert(0, sys.argv[2])",
+            "from pathlib import Path",
+            "from lagwatch.notify import Outbox",
+            "from lagwatch.state import StateStore",
+            "from tests.test_state_db import book_with",
+            "store = StateStore(Path(sys.argv[1])).open()",
+            "store.save_alerts(book_with(3), Outbox())",
+            "os._exit(0)",  # as a SIGKILL: no checkpoint, no last-good copy
+        ]
+    )
+    subprocess.run([sys.executable, "-c", crash, str(tmp_path), str(Path(__file__).parent.parent)], check=True)
+    assert (tmp_path / "state.db-wal").stat().st_size > 0
+    (tmp_path / "state.db").unlink()
+    store = StateStore(tmp_path).open()
+    assert len(store.read_alerts()["book"]["alerts"]) == 2
+    store.close()
+    assert "state database missing or empty" in caplog.text
+    assert list(tmp_path.glob("state.db-wal.set-aside-*"))
+
+
+def test_a_directory_in_place_of_the_state_database_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "state.db").mkdir()
+    with pytest.raises(LagwatchError, match=r"cannot open state\.db"):
+        StateStore(tmp_path).open()
+
+
+def test_a_state_directory_that_cannot_be_read_is_locked_by_its_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that can be written but not read (mode 0333, not root) cannot be opened to be locked: it started
+    before the directory lock, and must still (a traceback said otherwise)."""
+    import os
+
+    real_open = os.open
+
+    def refuse_directories(path: object, flags: int, *args: object) -> int:
+        if flags & os.O_DIRECTORY:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refuse_directories)
+    store = StateStore(tmp_path).open()
+    with pytest.raises(LagwatchError, match="in use by another lagwatch process"):
+        StateStore(tmp_path).open()
+    store.close()

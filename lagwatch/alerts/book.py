@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from lagwatch.alerts.settings import AlertsConfig
@@ -289,29 +289,29 @@ class AlertBook:
 
     # -- notifications ------------------------------------------------------------------------------------------
 
-    def relabel(self, labels_of: Callable[[Alert], tuple[Mapping[str, str], str]]) -> int:
+    def relabel(self, labels_of: Callable[[Alert], tuple[Mapping[str, str], str]], now: float) -> int:
         """Alerts whose labels the configuration now gives otherwise (a routing label added by an override, or
-        `rules.labels` changed between two runs) take them, and the key they give: the labels are part of an
-        alert's key, so at the restart the alert under its old key resolved, and the same incident fired again
-        under the new one after its `for` (its hysteresis lost too). `labels_of` answers (labels, key suffix), as
-        the rules' resolver does. What receivers were told follows. Returns how many alerts moved."""
-        moved: dict[str, tuple[str, Mapping[str, str]]] = {}
-        for key, alert in self.alerts.items():
+        `rules.labels` changed between two runs): the labels are part of an alert's key, so at the restart the
+        alert under its old labels resolved, and the incident fired again under the new ones only after its `for`,
+        its hysteresis lost (a lag between the resolve ratio and the threshold never paged again). Now the old
+        labels end at once (each receiver told of them gets their "resolved", as Alertmanager ends a label set),
+        and an alert under the new ones goes on from where the old one was: firing at once, at its severity.
+        `labels_of` answers (labels, key suffix), as the rules' resolver does. Returns how many alerts moved."""
+        moved = 0
+        for key, alert in list(self.alerts.items()):
+            if alert.state == "resolved":
+                continue  # its end is told under the labels its receivers have
             labels, suffix = labels_of(alert)
             new_key = alert.rule + suffix
-            if new_key != key and new_key not in self.alerts:
-                moved[key] = (new_key, labels)
-        for old, (new, labels) in moved.items():
-            alert = self.alerts.pop(old)
-            alert.key, alert.labels = new, dict(labels)
-            self.alerts[new] = alert
-        if moved:
-            for group in self.groups.values():
-                for told in group.notified.values():
-                    for old in [k for k in told if k in moved]:
-                        told[moved[old][0]] = told.pop(old)
-            self._group_keys.clear()
-        return len(moved)
+            if new_key == key or new_key in self.alerts:
+                continue
+            self.alerts[new_key] = replace(alert, key=new_key, labels=dict(labels), updated_at=now)
+            if alert.state == "pending":
+                self._drop_pending(alert, now)
+            else:
+                alert.state, alert.resolved_at, alert.updated_at = "resolved", now, now
+            moved += 1
+        return moved
 
     def group_key(self, alert: Alert) -> tuple[str, dict[str, str]]:
         # `rule` as routes and silences take it (Alertmanager's alertname): not a label, it grouped nothing.

@@ -99,8 +99,11 @@ class StateDatabase:
                 "state database missing or empty: starting from the last good copy (saved at the last clean stop)",
                 extra={"file": str(self.path)},
             )
-            for suffix in ("", "-shm"):
-                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)
+            for suffix in ("-wal", "-shm"):  # a log without its database is nothing SQLite can read: kept aside
+                orphan = Path(f"{self.path}{suffix}")
+                if orphan.exists():
+                    os.replace(orphan, orphan.with_name(f"{orphan.name}.set-aside-{int(time.time())}"))
             self._db = self._connect_last_good(quiet=True)
             return self
         try:
@@ -184,11 +187,15 @@ class StateDatabase:
         )
 
     def _missing_or_empty(self) -> bool:
-        """No database in the file, nor in its write-ahead log (which SQLite would read)."""
+        """No database file (its write-ahead log alone is nothing SQLite reads), or an empty one whose log is empty
+        too (SQLite would read a log's pages). Something else in its place (a directory) is not missing: opening
+        it says what it is."""
+        if not os.path.lexists(self.path):
+            return True
         wal = Path(f"{self.path}-wal")
         if wal.is_file() and wal.stat().st_size > 0:
             return False
-        return not self.path.is_file() or self.path.stat().st_size == 0
+        return self.path.is_file() and self.path.stat().st_size == 0
 
     def _connect_last_good(self, quiet: bool = False) -> sqlite3.Connection:
         last_good = self.directory / LAST_GOOD

@@ -48,15 +48,21 @@ class StateStore:
             raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot write in it: {e.strerror}") from None
         # The directory itself is locked too: a `lock` file deleted by a clean-up let a second daemon start on the
         # same state database, and both sent every notification.
-        self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        # A directory that can be written but not read (mode 0333) cannot be opened: the lock file alone, then.
+        try:
+            self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            self._dir_fd = None
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if self._dir_fd is not None:
+                fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
             self._lock_file = None
-            os.close(self._dir_fd)  # closing releases whatever lock it held
-            self._dir_fd = None
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)  # closing releases whatever lock it held
+                self._dir_fd = None
             raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
         self.db.open()
         self._import_json_files()
