@@ -236,7 +236,10 @@ class Daemon:
                 log.error("history unreadable, trying the one saved before", extra={"cluster": name, "error": str(e)})
         if history is None:
             history = ClusterHistory(name)
-        dropped = history.forget_unwatched(config.groups.matches, config.topics.matches)
+        checkpoints = config.checkpoint_consumers  # polled whatever the groups filter says
+        dropped = history.forget_unwatched(
+            lambda g: g in checkpoints or config.groups.matches(g), config.topics.matches
+        )
         if dropped:
             log.info(
                 "history of groups and topics no longer watched let go",

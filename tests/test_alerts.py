@@ -314,3 +314,26 @@ def test_relabelled_alerts_end_their_old_labels_for_every_receiver_told_and_go_o
     assert sent == [("all", "firing", "billing"), ("all", "resolved", "payments"), ("pay", "resolved", "payments")]
     (alert,) = [a for a in b.alerts.values() if a.state != "resolved"] or [None]
     assert alert is not None and alert.state == "firing" and alert.severity == "critical" and alert.fired_at == 60
+
+
+def test_labels_changed_and_changed_back_carry_the_incident_on() -> None:
+    """Two restarts within group_interval: team added, then removed. The first labels' end was still owed (a
+    resolved alert under them): the second change skipped the alert, whose incident then resolved and paged again
+    after its `for`. It goes back to them, firing, its end no longer owed."""
+    from lagwatch.alerts.book import Receiver
+
+    b = book(group_wait_s=0, group_interval_s=300)
+    b.receivers = (Receiver("all"),)
+    f = Finding("stopped", "critical", "c", "g", {"cluster": "c", "group": "g"}, "s", {}, 60)
+    b.apply("c", [f], frozenset(), 0)
+    b.apply("c", [f], frozenset(), 60)
+    assert [n.kind for n in b.due(60)] == ["firing"]
+    team = {"cluster": "c", "group": "g", "team": "pay"}
+
+    def suffix(labels: dict[str, str]) -> str:
+        return "|" + "|".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+    assert b.relabel(lambda a: (team, suffix(team)), 100) == 1
+    assert b.relabel(lambda a: (f.labels, suffix(dict(f.labels))), 120) == 1
+    firing = [a for a in b.alerts.values() if a.state == "firing"]
+    assert [(a.labels, a.fired_at) for a in firing] == [({"cluster": "c", "group": "g"}, 60)]

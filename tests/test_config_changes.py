@@ -39,7 +39,7 @@ class Polls:
                 g, committed={tp: c for tp, c in g.committed.items() if self.config.topics.matches(tp.topic)}
             )
             for g in groups
-            if self.config.groups.matches(g.group_id)
+            if self.config.groups.matches(g.group_id) or g.group_id in self.config.checkpoint_consumers
         ]
         ends = {tp: e for tp, e in {TP: 500, OTHER: 40}.items() if self.config.topics.matches(tp.topic)}
         return dataclasses.replace(snapshot(self.t, watched, ends), cluster=self.name)
@@ -144,3 +144,20 @@ def test_a_label_added_by_an_override_carries_the_firing_alert_on(tmp_path: Path
     ]
     (alert,) = [a for a in again.book.alerts.values() if a.group == "stuck"]
     assert alert.state == "firing" and alert.labels["team"] == "payments"
+
+
+def test_a_checkpoint_consumer_outside_the_groups_filter_keeps_its_history(tmp_path: Path) -> None:
+    """Spark checkpoint consumers are polled whatever the groups filter says; the filter's clean-up at restart let
+    go of their history every time (cadences learnt, evidence, rewinds)."""
+    cfg = _config(
+        groups=NameFilter(include=["two-.*"]),
+        checkpoint_consumers={"stuck": {"location": str(tmp_path / "checkpoint")}},
+    )
+    daemon = _daemon(tmp_path, {"c": cfg}, Recorder())
+    daemon.dispatcher.start()
+    _run(daemon, "c", 3)
+    daemon.stop()
+    assert set(daemon.clusters["c"].history.groups) == {"stuck", "two-topics"}
+    again = _daemon(tmp_path, {"c": cfg}, Recorder())
+    assert set(again.clusters["c"].history.groups) == {"stuck", "two-topics"}
+    again.stop()

@@ -303,8 +303,9 @@ class AlertBook:
                 continue  # its end is told under the labels its receivers have
             labels, suffix = labels_of(alert)
             new_key = alert.rule + suffix
-            if new_key == key or new_key in self.alerts:
-                continue
+            there = self.alerts.get(new_key)
+            if new_key == key or (there is not None and there.state != "resolved"):
+                continue  # a resolved one there is these labels' end still owed (labels changed back): it goes on
             self.alerts[new_key] = replace(alert, key=new_key, labels=dict(labels), updated_at=now)
             if alert.state == "pending":
                 self._drop_pending(alert, now)

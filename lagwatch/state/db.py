@@ -92,20 +92,28 @@ class StateDatabase:
     # -- opening --------------------------------------------------------------------------------------------------
 
     def open(self) -> StateDatabase:
-        if self._missing_or_empty() and (self.directory / LAST_GOOD).is_file():
-            # Deleted, or truncated to nothing (a failed copy, a full disk): SQLite takes an empty file for a new
-            # database, and every incident announced before was announced again, every resolve owed was lost.
-            log.warning(
-                "state database missing or empty: starting from the last good copy (saved at the last clean stop)",
-                extra={"file": str(self.path)},
-            )
-            self.path.unlink(missing_ok=True)
-            for suffix in ("-wal", "-shm"):  # a log without its database is nothing SQLite can read: kept aside
-                orphan = Path(f"{self.path}{suffix}")
-                if orphan.exists():
-                    os.replace(orphan, orphan.with_name(f"{orphan.name}.set-aside-{int(time.time())}"))
-            self._db = self._connect_last_good(quiet=True)
-            return self
+        if self._missing_or_empty():
+            last_good = (self.directory / LAST_GOOD).is_file()
+            if last_good or Path(f"{self.path}-wal").exists():
+                # Deleted, or truncated to nothing (a failed copy, a full disk): SQLite takes an empty file for a
+                # new database, and every incident announced before was announced again, every resolve owed lost.
+                log.warning(
+                    "state database missing or empty: "
+                    + (
+                        "starting from the last good copy (saved at the last clean stop)"
+                        if last_good
+                        else "starting empty"
+                    ),
+                    extra={"file": str(self.path)},
+                )
+                self.path.unlink(missing_ok=True)
+                for suffix in ("-wal", "-shm"):  # a log without its database is nothing SQLite can read: kept aside
+                    orphan = Path(f"{self.path}{suffix}")
+                    if orphan.exists():
+                        os.replace(orphan, orphan.with_name(f"{orphan.name}.set-aside-{int(time.time())}"))
+                if last_good:
+                    self._db = self._connect_last_good(quiet=True)
+                    return self
         try:
             self._db = self._connect(self.path)
         except sqlite3.OperationalError as e:
