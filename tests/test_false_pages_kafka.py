@@ -517,6 +517,9 @@ def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_
             assert time.time() < deadline + 60, "the console consumer never joined"
             producer.send(topic, b"x", partition=0)
             producer.flush()
+            for consumer in (stuck, healthy):  # both consume and commit meanwhile
+                consumer.poll(200)
+                consumer.commit()
             time.sleep(0.3)
     finally:
         daemon.stop()

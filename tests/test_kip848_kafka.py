@@ -22,6 +22,18 @@ pytestmark = [
 ]
 
 
+def _once_committed(poller: ClusterPoller, group: str, records: int, what: str) -> GroupSnapshot:
+    """The group as polled once its members have committed `records` in all."""
+
+    def consumed_all() -> GroupSnapshot | None:
+        g = next((g for g in poller.poll().groups if g.group_id == group), None)
+        done = g is not None and g.members and sum(c.offset for c in g.committed.values()) == records
+        return g if done else None
+
+    found: GroupSnapshot = wait_for(consumed_all, timeout=90, interval=0.5, what=what)
+    return found
+
+
 def test_kip848_group_members_and_offsets(bootstrap: str, kafka_libs: Path) -> None:
     topic, group = unique("k848"), unique("k848g")
     kafka_scenario.create_topic(bootstrap, topic, 2)
@@ -33,14 +45,7 @@ def test_kip848_group_members_and_offsets(bootstrap: str, kafka_libs: Path) -> N
     )
     poller = ClusterPoller("k848", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[group])))
     try:
-
-        def consumed_all() -> GroupSnapshot | None:
-            snapshot = poller.poll()
-            g = next((g for g in snapshot.groups if g.group_id == group), None)
-            done = g is not None and g.members and sum(c.offset for c in g.committed.values()) == 100
-            return g if done else None
-
-        g = wait_for(consumed_all, timeout=60, interval=0.5, what="the KIP-848 consumer to commit every record")
+        g = _once_committed(poller, group, 100, "the KIP-848 consumer to commit every record")
         assert g.kind is GroupKind.CONSUMER and g.state == "Stable" and g.error is None
         (member,) = g.members
         assert member.client_id == "k848-client"
@@ -74,14 +79,7 @@ def test_kip848_regex_subscriber_reads_its_pattern(bootstrap: str, kafka_libs: P
     )
     poller = ClusterPoller("rx", ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[group])))
     try:
-
-        def consumed_all() -> GroupSnapshot | None:
-            snapshot = poller.poll()
-            g = next((g for g in snapshot.groups if g.group_id == group), None)
-            done = g is not None and g.members and sum(c.offset for c in g.committed.values()) == 40
-            return g if done else None
-
-        g = wait_for(consumed_all, timeout=90, interval=0.5, what="the pattern subscriber to commit every record")
+        g = _once_committed(poller, group, 40, "the pattern subscriber to commit every record")
         assert g.kind is GroupKind.CONSUMER and g.error is None
         (member,) = g.members
         assert member.subscribed_topics == () and member.subscribed_regex == pattern
