@@ -414,3 +414,24 @@ def test_a_state_directory_that_cannot_be_read_is_locked_by_its_lock_file(
     with pytest.raises(LagwatchError, match="in use by another lagwatch process"):
         StateStore(tmp_path).open()
     store.close()
+
+
+@pytest.mark.parametrize("target_dir", ["there", "gone"])
+def test_a_state_database_symlink_whose_target_is_gone_starts_from_the_last_good_copy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, target_dir: str
+) -> None:
+    """state.db linked into a data volume that came up empty: SQLite created an empty database at the target (every
+    incident announced again), or failed with its directory gone, although a last good copy was there."""
+    state, volume = tmp_path / "state", tmp_path / "volume"
+    volume.mkdir()
+    store = StateStore(state).open()
+    store.save_alerts(book_with(2), Outbox())
+    store.close()
+    (state / "state.db").unlink()
+    (state / "state.db").symlink_to(volume / "state.db")
+    if target_dir == "gone":
+        volume.rmdir()
+    store = StateStore(state).open()
+    assert len(store.read_alerts()["book"]["alerts"]) == 2
+    store.close()
+    assert "starting from the last good copy" in caplog.text

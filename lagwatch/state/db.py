@@ -197,8 +197,9 @@ class StateDatabase:
     def _missing_or_empty(self) -> bool:
         """No database file (its write-ahead log alone is nothing SQLite reads), or an empty one whose log is empty
         too (SQLite would read a log's pages). Something else in its place (a directory) is not missing: opening
-        it says what it is."""
-        if not os.path.lexists(self.path):
+        it says what it is. A symlink whose target is gone is missing: SQLite would create an empty database there
+        (or fail, its directory gone too), and the restored copy replaces the link with a file."""
+        if not self.path.exists():  # also a symlink whose target is gone (a data volume come up empty)
             return True
         wal = Path(f"{self.path}-wal")
         if wal.is_file() and wal.stat().st_size > 0:
