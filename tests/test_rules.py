@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from lagwatch.history import ClusterHistory, GroupMeasure, PartitionMeasure
@@ -484,3 +484,29 @@ def test_a_subscription_pattern_is_matched_whole_as_the_broker_does() -> None:
     assert prefixed.unsubscribed(tps) == [tps[2]]
     rejected = replace(g, members=(replace(member, subscribed_regex="(?<=x)orders"),))
     assert rejected.unsubscribed(tps) == []
+
+
+@given(
+    warning=st.sampled_from([{"offsets": 100}, {"seconds": 300}, {"offsets": 100, "seconds": 300}]),
+    critical=st.sampled_from([{"offsets": 1000}, {"seconds": 1800}, {"offsets": 1000, "seconds": 1800}]),
+    active=st.sampled_from(["warning", "critical"]),
+    records=st.integers(min_value=1, max_value=2000),
+    seconds=st.one_of(st.none(), st.floats(min_value=0, max_value=3600)),
+)
+def test_a_lag_in_seconds_in_doubt_never_resolves_an_alert_it_might_justify(
+    warning: dict, critical: dict, active: str, records: int, seconds: float | None
+) -> None:
+    """Lag in seconds unknown, or only a lower bound, with records behind: a firing lag alert is kept at a level
+    some threshold on seconds could justify, never resolved while any threshold is on seconds (warning on records
+    and critical on seconds: the warning resolved on unknown seconds that might yet prove a critical)."""
+    from lagwatch.rules.settings import LagRule
+    from lagwatch.rules.thresholds import _kept_in_doubt, lag_severity
+
+    assume("seconds" in warning or "seconds" in critical)  # on records alone, the records decide
+    rule = LagRule.model_validate({"warning": warning, "critical": critical})
+    severity = lag_severity(rule, records, seconds, active)
+    kept = _kept_in_doubt(rule, active, severity, records, seconds, estimated=True)
+    final = kept or severity
+    assert final is not None
+    rank = {"warning": 1, "critical": 2}
+    assert rank[final] <= max(rank[active], rank[severity or "warning"])  # doubt never raises it

@@ -40,13 +40,18 @@ def _kept_in_doubt(
     or produced during a blind spell, dated at its end). Records are still behind, and a consumer 40 minutes behind
     was resolved after an outage, then paged again from warning. It keeps the highest level at or below its own
     that a seconds threshold could justify (a critical on records alone, with records now below it, is disproved:
-    warning, if that one is on seconds); None when nothing is in doubt or no such level would be above `severity`."""
+    warning, if that one is on seconds), or its own when only a level above it is on seconds; None when nothing is in
+    doubt, or no threshold is on seconds, or no such level would be above `severity`."""
     level = _RANK.get(active or "", 0)
     if not level or _RANK.get(severity or "", 0) >= level or offsets <= 0 or not (seconds is None or estimated):
         return None
     for name in ("critical", "warning"):
         if _RANK[name] <= level and getattr(rule, name).seconds is not None:
             return name if _RANK[name] > _RANK.get(severity or "", 0) else None
+    # Only a level above it is on seconds (warning on records, critical on seconds): what is not known may yet
+    # prove that one, so the alert is not resolved meanwhile (it was, and paged again as critical).
+    if any(getattr(rule, name).seconds is not None for name in ("critical", "warning")):
+        return active
     return None
 
 
