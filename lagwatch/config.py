@@ -34,7 +34,7 @@ from pydantic_settings import (
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
 from lagwatch.lake.settings import LakeConfig
-from lagwatch.matchers import any_full_match, check_pattern
+from lagwatch.matchers import any_full_match, check_patterns
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
 
@@ -52,12 +52,7 @@ class NameFilter(_Strict):
     include: list[str] = Field(default_factory=lambda: [".*"])
     exclude: list[str] = Field(default_factory=list)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        for p in patterns:
-            check_pattern(p)
-        return patterns
+    _compiles = field_validator("include", "exclude")(check_patterns)
 
     def matches(self, name: str) -> bool:
         if not self.exclude and self.include == [".*"]:

@@ -10,7 +10,7 @@ once and cached.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no type hints
@@ -51,6 +51,13 @@ def check_pattern(pattern: str) -> str:
     except ValueError as e:
         raise ValueError(f"invalid regex {pattern!r}: {e}") from None
     return pattern
+
+
+def check_patterns(patterns: Sequence[str]) -> Sequence[str]:
+    """For validators of a list of patterns: `check_pattern` on each."""
+    for pattern in patterns:
+        check_pattern(pattern)
+    return patterns
 
 
 @functools.lru_cache(maxsize=65536)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lagwatch.matchers import check_pattern, full_match
+from lagwatch.matchers import any_full_match, check_pattern, check_patterns, full_match
 from lagwatch.model import alert_key
 
 Severity = Literal["info", "warning", "critical"]
@@ -66,15 +66,10 @@ class NoCommitRule(WindowRule):
         "replaces it: keep it there)",
     )
 
-    @field_validator("ignore_groups")
-    @classmethod
-    def _compiles(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for p in patterns:
-            check_pattern(p)
-        return patterns
+    _compiles = field_validator("ignore_groups")(check_patterns)
 
     def ignores(self, group: str) -> bool:
-        return any(full_match(p, group) for p in self.ignore_groups)
+        return any_full_match(self.ignore_groups, group)
 
 
 class StoppedRule(WindowRule):
