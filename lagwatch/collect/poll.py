@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -70,6 +70,9 @@ class ClusterPoller:
         self._clock = clock
         self._admin: Any = None
         self._coordinators: dict[str, int] = {}
+        # The groups the last poll saw (or, at start, the history knew): one that ListGroups no longer lists is
+        # asked of its coordinator before it counts as gone (_unlisted_gone).
+        self._known: dict[str, ListedGroup] = {}
         self._previous_topics: set[str] = set()
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
@@ -77,6 +80,15 @@ class ClusterPoller:
         # A log's records never change below its end: the answer stands until the log end moves.
         self._tails: dict[TopicPartition, tuple[int, int, int | None]] = {}
         self._log_ends: dict[TopicPartition, int] = {}  # the last poll's: a log whose end has not moved is idle
+
+    def remember_groups(self, kinds: Mapping[str, str]) -> None:
+        """The groups the history knows (group -> GroupKind value), at start: one missing from the first ListGroups
+        is asked of its coordinator before it counts as gone, as at every later poll."""
+        self._known = {
+            group_id: _remembered(group_id, kind)
+            for group_id, kind in kinds.items()
+            if kind != GroupKind.CHECKPOINT.value
+        }
 
     def close(self) -> None:
         if self._admin is not None:
@@ -133,8 +145,17 @@ class ClusterPoller:
         frozenset[str],
     ]:
         listed = self._list_groups(wire)
-        answers = self._read_groups(wire, listed)
-        groups = tuple(self._group_snapshot(g, answers) for g in sorted(listed.values(), key=lambda g: g.group_id))
+        # A group the last poll saw that ListGroups does not list now is read from its coordinator with the others.
+        # ListGroups leaves out, without an error, the groups of a coordinator that is being moved or was fenced (a
+        # broker paused longer than its session, in a GC pause or a frozen VM, lists no group at all for a few
+        # seconds after): taken for deleted, every group of that broker paged `expired`, its lag alerts resolved,
+        # and all of it paged again at the next poll. Only its coordinator's word makes one gone.
+        unlisted = {g: info for g, info in self._known.items() if g not in listed and self.config.groups.matches(g)}
+        answers = self._read_groups(wire, {**listed, **unlisted} if unlisted else listed)
+        for group_id in [g for g in unlisted if _unlisted_gone(g, answers)]:
+            del unlisted[group_id]
+        self._known = {**listed, **unlisted} if unlisted else listed
+        groups = tuple(self._group_snapshot(g, answers) for g in sorted(self._known.values(), key=lambda g: g.group_id))
         groups += tuple(checkpoint_group(n, c) for n, c in sorted(self.config.checkpoint_consumers.items()))
         # The topic filter once per topic and poll: per group-partition it was 200k RE2 matches (1 s) at 100k.
         kept = functools.cache(self.config.topics.matches)
@@ -249,8 +270,11 @@ class ClusterPoller:
                     by_coordinator.setdefault(self._coordinators[g], []).append(g)
                     answers.errors.pop(g, None)
             wire.run(wire.read_groups, by_coordinator, kip848, answers)
+            # (A tuple of classes: `COORDINATOR_ERRORS | ...` raised TypeError, and any group's error failed the poll.)
             retry = [
-                g for g, e in answers.errors.items() if isinstance(e, COORDINATOR_ERRORS | Errors.KafkaConnectionError)
+                g
+                for g, e in answers.errors.items()
+                if isinstance(e, (*COORDINATOR_ERRORS, Errors.KafkaConnectionError))
             ]
             for g in retry:
                 self._coordinators.pop(g, None)
@@ -336,6 +360,34 @@ class ClusterPoller:
         )
         self._brokers_read_at = now
         return self._brokers
+
+
+def _remembered(group_id: str, kind: str) -> ListedGroup:
+    """A group the history knows, as ListGroups would list it (its coordinator's answer fills in the rest)."""
+    return ListedGroup(
+        group_id=group_id,
+        protocol_type="consumer" if kind in (GroupKind.CLASSIC.value, GroupKind.CONSUMER.value) else "",
+        state=None,
+        group_type="consumer" if kind == GroupKind.CONSUMER.value else None,
+    )
+
+
+def _unlisted_gone(group_id: str, answers: GroupAnswers) -> bool:
+    """Whether a group that ListGroups did not list is gone, by its coordinator's answer: no committed offset, and
+    the group unknown to it (GROUP_ID_NOT_FOUND; Kafka before 4: Dead). Otherwise it is kept: with its offsets and
+    state where the coordinator gave them (the listing left it out), as unreadable where it did not (a coordinator
+    moving or loading says nothing of the group), so that its alerts are held rather than resolved."""
+    if answers.committed.get(group_id):
+        return False
+    error = answers.errors.get(group_id)
+    if error is not None:
+        return isinstance(error, Errors.GroupIdNotFoundError)
+    described = answers.described.get(group_id)
+    if described is not None and described.state == "Dead":
+        return True
+    if described is None:  # neither described nor refused: nothing to go on
+        answers.errors[group_id] = Errors.UnknownError("not listed by ListGroups, and not described by its coordinator")
+    return False
 
 
 def _only_topics(group: GroupSnapshot, keep: Callable[[str], bool]) -> GroupSnapshot:
