@@ -319,7 +319,10 @@ class ClusterPoller:
             return {}, {}, frozenset()
         leaders, topic_errors = wire.run(wire.partition_leaders, asked_topics)
         missing = frozenset(t for t, e in topic_errors.items() if e == "UnknownTopicOrPartitionError")
-        asked = {tp: leaders[tp] for tp in needed if tp in leaders}
+        # A partition without a leader (-1: its replicas' brokers down, an election under way) is not asked: no one
+        # can answer for it (sent to node -1, the request raised and failed the whole poll, and with it every
+        # other partition's lag for as long as the partition was offline).
+        asked = {tp: leader for tp in needed if (leader := leaders.get(tp, -1)) >= 0}
         specs = [(OffsetSpec.LATEST, READ_UNCOMMITTED), (OffsetSpec.EARLIEST, READ_UNCOMMITTED)]
         if self.config.read_committed:
             specs.append((OffsetSpec.LATEST, READ_COMMITTED))
@@ -329,9 +332,12 @@ class ClusterPoller:
         partitions: dict[TopicPartition, PartitionOffsets] = {}
         for tp in needed:
             if tp not in asked:
-                partitions[tp] = PartitionOffsets(
-                    None, None, None, topic_errors.get(tp.topic, "UnknownTopicOrPartition")
+                unasked = (
+                    "LeaderNotAvailableError"
+                    if tp in leaders
+                    else topic_errors.get(tp.topic, "UnknownTopicOrPartition")
                 )
+                partitions[tp] = PartitionOffsets(None, None, None, unasked)
                 continue
             error = ends.errors.get(tp) or starts.errors.get(tp) or (stable.errors.get(tp) if stable else None)
             partitions[tp] = PartitionOffsets(

@@ -84,12 +84,18 @@ class Wire:
 
     async def _send_all(self, requests: Iterable[tuple[int | None, Any]]) -> list[Any]:
         """Sends every request at once; returns each response, or the exception it failed with."""
-        futures = []
+        futures: list[Any] = []
         for node_id, request in requests:
             self.sent[request.name.removesuffix("Request")] += 1
-            futures.append(self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
+            try:
+                futures.append(self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
+            except Exception as e:  # a node the client does not know (UnknownBrokerIdError): that request's answer
+                futures.append(e)
         results: list[Any] = []
         for future in futures:
+            if isinstance(future, Exception):
+                results.append(future)
+                continue
             try:
                 results.append(await future)
             except Exception as e:  # one broker's failure stays with its own request

@@ -1,4 +1,6 @@
-"""Groups ListGroups leaves out, and groups that cannot be read, on a real broker.
+"""Answers that leave something out, on a real broker: groups ListGroups does not list, groups or partitions that
+no broker can answer for this poll. What cannot be read is unknown (its alerts held), never gone, and never takes
+the rest of the poll with it.
 
 A broker paused longer than its session (a GC pause, a frozen VM) is fenced; for a few seconds after it comes back,
 ListGroups answers without error and without a single group, while the groups' coordinator answers
@@ -193,3 +195,54 @@ def test_a_restarted_daemon_asks_for_the_groups_its_history_knows(
         assert all(history.groups[g].gone_since is None and history.groups[g].vanished is None for g in ids)
     finally:
         second.stop()
+
+
+def test_a_partition_without_a_leader_leaves_the_rest_of_the_poll_read(
+    bootstrap: str, groups: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metadata gives leader -1 for an offline partition (its replicas' brokers down, an election under way). The
+    request for it raised in kafka-python (UnknownBrokerIdError: -1) and failed the whole poll, every group's lag
+    with it, for as long as the partition was offline: it is now unknown (its alerts held), and the rest read."""
+    topic, ids = groups
+    offline = TopicPartition(topic, 1)
+    real = Wire.partition_leaders
+
+    async def partition_leaders(self: Wire, topics: list[str]) -> Any:
+        leaders, errors = await real(self, topics)
+        return {tp: (-1 if tp == offline else leader) for tp, leader in leaders.items()}, errors
+
+    monkeypatch.setattr(Wire, "partition_leaders", partition_leaders)
+    poller = _poller(bootstrap, ids)
+    try:
+        snapshot = poller.poll()
+    finally:
+        poller.close()
+    assert snapshot.ok, snapshot.error
+    assert snapshot.partitions[offline].log_end is None
+    assert snapshot.partitions[offline].error == "LeaderNotAvailableError"
+    assert snapshot.partitions[(topic, 0)].log_end == 30 and snapshot.partitions[(topic, 0)].error is None
+    assert all(g.error is None and g.committed[(topic, 1)].offset == 3 for g in snapshot.groups)
+
+
+def test_a_coordinator_the_client_does_not_know_leaves_the_other_groups_read(
+    bootstrap: str, groups: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FindCoordinator naming a broker the client's metadata does not have yet (a broker just added): the requests
+    to it fail on their own, the group is unreadable, and the other groups are read (the send raised and failed
+    the poll)."""
+    topic, ids = groups
+    real = Wire.find_coordinators
+
+    async def find_coordinators(self: Wire, group_ids: list[str]) -> Any:
+        found, failed = await real(self, group_ids)
+        return {g: (99 if g == ids[2] else node) for g, node in found.items()}, failed
+
+    monkeypatch.setattr(Wire, "find_coordinators", find_coordinators)
+    poller = _poller(bootstrap, ids)
+    try:
+        found = _by_id(poller.poll())
+    finally:
+        poller.close()
+    assert "UnknownBrokerId" in (found[ids[2]].error or "")
+    for i in (0, 1, 3):
+        assert found[ids[i]].error is None and found[ids[i]].committed[(topic, 0)].offset == 5 + i
