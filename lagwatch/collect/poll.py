@@ -242,11 +242,14 @@ class ClusterPoller:
         broker_ids = wire.broker_ids()
         listed, failed = wire.run(wire.list_groups, broker_ids)
         if failed:
-            # A broker that cannot list its groups would make them look deleted: fail the poll instead.
             broker, error = next(iter(failed.items()))
             if isinstance(error, Errors.SaslAuthenticationFailedError | Errors.AuthorizationError):
                 raise error
-            raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
+            # Some broker answered: the known groups the others coordinate are not listed, and are read from their
+            # coordinators with the groups that are (none looks deleted: _unlisted_gone). A broker down, or too
+            # slow to answer, failed every poll of the cluster, and with it every other broker's groups.
+            if len(failed) == len(broker_ids):
+                raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
         return {
             g.group_id: g
             for g in listed
