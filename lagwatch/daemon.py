@@ -32,6 +32,7 @@ from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory, compact_records, polls_to_keep
 from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
+from lagwatch.notify.outbox import Delivery
 from lagwatch.notify.settings import Route
 from lagwatch.notify.webhook import WebhookNotifier
 from lagwatch.offsets_topic import Record
@@ -187,10 +188,16 @@ class Daemon:
             )
         return book, outbox
 
-    def _undelivered(self, notification: Notification) -> None:
-        """On a notifier's worker: the alert book learns that a notification was dropped undelivered."""
+    def _undelivered(self, delivery: Delivery) -> list[Notification]:
+        """On a notifier's worker, a delivery given up (refused for good, or too old): it and those queued behind it
+        in its lane leave the outbox, and the alert book undoes what they told its receiver, under the book's lock
+        (no poll decides in between on what they said), saved at once (after a crash, the receiver was counted as
+        told of them again)."""
         with self.book_lock:
-            self.book.undelivered(notification)
+            dropped = self.outbox.give_up(delivery)
+            self.book.undelivered(dropped)
+            self.save_alerts()
+        return dropped
 
     def save_alerts(self) -> None:
         """Saves what changed. A disk that refuses is counted and logged once per streak; alerting goes on from

@@ -18,6 +18,7 @@ import pytest
 
 from lagwatch.alerts import Notification
 from lagwatch.notify import Dispatcher, LogNotifier, Outbox, PermanentError, RetryableError, dispatcher
+from lagwatch.notify.outbox import Delivery
 from lagwatch.notify.settings import WebhookConfig
 from lagwatch.notify.webhook import WebhookNotifier
 from lagwatch.serve import metrics
@@ -120,12 +121,15 @@ def test_invalid_auth_is_recorded_once_and_blocks_no_later_notification(
         health = d.health()["slack"]
     finally:
         d.stop()
-    assert (health.alive, health.delivered, health.failed_permanent, health.retried) == (True, 2, 1, 0)
+    assert (health.alive, health.delivered, health.failed_permanent, health.retried) == (True, 1, 1, 0)
     assert health.last_error is not None and "invalid_auth" in health.last_error
     (record,) = messages(caplog, "refused for good")
     assert record.notification_id == refused.id and "invalid_auth" in record.error  # type: ignore[attr-defined]
+    # a's update was decided on its firing, which never arrived: it went with it (the alert book announces a
+    # again after group_interval, AlertBook.undelivered); b's firing, in another lane, was not held up.
+    assert record.withdrawn_behind == 1  # type: ignore[attr-defined]
     posts = sorted(c.args["text"].split(" (")[0] for c in slack.delivered("chat.postMessage"))
-    assert posts == ["[FIRING] WARNING: prod / b", "[UPDATE] WARNING: prod / a"]  # a's update: its first message
+    assert posts == ["[FIRING] WARNING: prod / b"]
     assert [c.error for c in slack.calls if c.error] == ["invalid_auth"]  # tried once, never again
 
 
@@ -227,10 +231,14 @@ def test_retryable_errors_are_retried_in_order_and_permanent_ones_dropped(caplog
     finally:
         d.stop()
     assert [i for i in rec.sent if i.startswith("a")] == ["a-0", "a-1"]  # a-1 waited for a-0's retries
-    assert [i for i in rec.sent if i.startswith("b")] == ["b-1"]
-    assert (health.delivered, health.retried, health.failed_permanent) == (3, 2, 1)
-    assert d.delivered == 3 and d.failed_attempts == 3
-    assert len(messages(caplog, "will retry")) == 2 and len(messages(caplog, "refused for good")) == 1
+    # b-1 was decided on what b-0 said, and b-0 was refused for good: b-1 went with it (AlertBook.undelivered
+    # decides b's news again), and a's lane was never held up by b's.
+    assert [i for i in rec.sent if i.startswith("b")] == []
+    assert (health.delivered, health.retried, health.failed_permanent) == (2, 2, 1)
+    assert d.delivered == 2 and d.failed_attempts == 3
+    assert len(messages(caplog, "will retry")) == 2
+    (refused,) = messages(caplog, "refused for good")
+    assert refused.withdrawn_behind == 1  # type: ignore[attr-defined]
 
 
 def test_an_unexpected_exception_is_retried_and_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
@@ -277,7 +285,9 @@ def test_an_error_in_the_worker_loop_does_not_kill_the_worker(caplog: pytest.Log
 def test_notifications_older_than_max_age_are_dropped_with_a_record(caplog: pytest.LogCaptureFixture) -> None:
     outbox = Outbox()
     now = time.time()
-    outbox.add([note("a", 0, created_at=now - 7200), note("a", 1, created_at=now - 10)], ["rec"])
+    # a-1 was decided behind a-0 (on what a-0 said): it goes with it; b's lane is not held up.
+    outbox.add([note("a", 0, created_at=now - 7200), note("b", 0, created_at=now - 10)], ["rec"])
+    outbox.add([note("a", 1, created_at=now - 10)], ["rec"])
     rec = Recorder()
     d = Dispatcher(outbox, {"rec": rec}, persist=lambda: None, max_age_s=3600).start()
     try:
@@ -285,9 +295,9 @@ def test_notifications_older_than_max_age_are_dropped_with_a_record(caplog: pyte
         health = d.health()["rec"]
     finally:
         d.stop()
-    assert rec.sent == ["a-1"] and health.dropped_expired == 1 and health.delivered == 1
+    assert rec.sent == ["b-0"] and health.dropped_expired == 1 and health.delivered == 1
     (logged,) = messages(caplog, "older than notifiers.max_age_s")
-    assert logged.notification_id == "a-0"  # type: ignore[attr-defined]
+    assert logged.notification_id == "a-0" and logged.withdrawn_behind == 1  # type: ignore[attr-defined]
 
 
 def test_deliveries_of_a_notifier_no_longer_configured_are_dropped_at_start() -> None:
@@ -358,8 +368,9 @@ def test_webhook_400_is_permanent_and_503_is_retried(receiver: StatusReceiver) -
         health = d.health()["webhook:ops"]
     finally:
         d.stop()
-    assert sorted(receiver.seen) == [("a-0", 200), ("a-0", 503), ("b-0", 400), ("b-1", 200)]
-    assert (health.delivered, health.retried, health.failed_permanent) == (2, 1, 1)
+    # b-1, decided behind b-0, went with it when b-0 was refused for good (400)
+    assert sorted(receiver.seen) == [("a-0", 200), ("a-0", 503), ("b-0", 400)]
+    assert (health.delivered, health.retried, health.failed_permanent) == (1, 1, 1)
     assert health.last_error is not None and "HTTP" in health.last_error
 
 
@@ -518,22 +529,25 @@ def test_a_worker_that_dies_every_time_is_restarted_with_backoff_and_recovers(
 
 
 class _Flaky:
-    """Refuses for good the first notification it is sent (refuse_first), and is down (retryable) until
-    `up_at`; records what it got."""
+    """Down (retryable) until `up_at`, then refuses for good the first notification it is sent (refuse_first),
+    or the first of a kind (refuse_kind); records what it got."""
 
     name = "hook"
 
-    def __init__(self, refuse_first: bool = False, up_at: float = 0.0) -> None:
+    def __init__(
+        self, refuse_first: bool = False, up_at: float = 0.0, refuse_kind: str | None = None, down_at: float = 0.0
+    ) -> None:
         self.got: list[str] = []
-        self.refuse_next, self.up_at = refuse_first, up_at
+        self.refuse_next, self.refuse_kind = refuse_first, refuse_kind
+        self.down_at, self.up_at = down_at, up_at  # down from down_at until up_at
         self.now = [0.0]
 
     def send(self, n: Notification, ref: object) -> None:
-        if self.refuse_next:
-            self.refuse_next = False
-            raise PermanentError("HTTP 400")
-        if self.now[0] < self.up_at:
+        if self.down_at <= self.now[0] < self.up_at:
             raise RetryableError("connection refused")
+        if self.refuse_next or n.kind == self.refuse_kind:
+            self.refuse_next, self.refuse_kind = False, None
+            raise PermanentError("HTTP 400")
         self.got.append(n.kind)
 
 
@@ -548,8 +562,14 @@ def _drive(receiver: _Flaky, polls: list[tuple[float, bool]], max_age_s: float =
         receivers=(Receiver("hook"),),
     )
     outbox, now = Outbox(), receiver.now
+
+    def give_up(delivery: Delivery) -> list[Notification]:  # as the daemon does, under its book's lock
+        dropped = outbox.give_up(delivery)
+        book.undelivered(dropped)
+        return dropped
+
     d = Dispatcher(
-        outbox, {"hook": receiver}, lambda: None, clock=lambda: now[0], max_age_s=max_age_s, given_up=book.undelivered
+        outbox, {"hook": receiver}, lambda: None, clock=lambda: now[0], max_age_s=max_age_s, given_up=give_up
     )
     worker = d._workers["hook"]
     lag = Finding("lag", "warning", "c", "g", {"cluster": "c", "group": "g", "topic": "t"}, "g lags", {"lag": 1})
@@ -571,6 +591,40 @@ def test_a_firing_refused_for_good_is_not_followed_by_a_resolve_and_is_announced
     refused = _Flaky(refuse_first=True)
     _drive(refused, [(0, True), (100, False), (500, False)])
     assert refused.got == []  # never had it: no resolve
+
+
+def test_a_resolve_queued_behind_a_firing_refused_for_good_goes_with_it() -> None:
+    """The receiver was down while the alert fired and resolved: its firing and, behind it, its resolve were
+    queued. Back, it refused the firing for good (HTTP 400 once): it never had the alert, and the resolve queued
+    behind was delivered all the same, a "resolved" for an alert it never saw (Slack posted a new message with only
+    RESOLVED in it). The resolve goes with the firing it was decided on."""
+    receiver = _Flaky(refuse_first=True, up_at=1000)
+    _drive(receiver, [(0, True), (400, False), *((float(t), False) for t in range(1000, 2000, 100))])
+    assert receiver.got == []
+
+
+def test_a_resolve_queued_behind_a_firing_too_old_goes_with_it() -> None:
+    """The same with the firing dropped as older than max_age_s (an outage longer than it)."""
+    receiver = _Flaky(up_at=4000)
+    _drive(receiver, [(0, True), (400, False), *((float(t), False) for t in range(4000, 4600, 60))], max_age_s=3600)
+    assert receiver.got == []
+
+
+def test_a_resolve_dropped_as_too_old_is_sent_again_once_the_receiver_is_back() -> None:
+    """The firing was delivered, then the receiver was down longer than max_age_s while the alert resolved: the
+    resolve was dropped as too old, and the receiver's message stayed firing for good. It is owed again, and sent
+    once the receiver is back."""
+    receiver = _Flaky(down_at=150, up_at=5000)
+    _drive(receiver, [(0, True), (100, True), *((float(t), False) for t in range(200, 5600, 100))], max_age_s=3600)
+    assert receiver.got == ["firing", "resolved"]
+
+
+def test_a_resolve_refused_for_good_is_sent_again_after_group_interval() -> None:
+    """A resolve refused for good once (a token revoked, then put right): the receiver still has the alert
+    firing, so the resolve is owed again, and sent once group_interval is over."""
+    receiver = _Flaky(refuse_kind="resolved")
+    _drive(receiver, [(0, True), (100, True), (200, False), (300, False), (520, False), (600, False)])
+    assert receiver.got == ["firing", "resolved"]
 
 
 def test_a_firing_dropped_as_too_old_is_announced_once_the_receiver_is_back() -> None:

@@ -167,7 +167,7 @@ def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
     assert [n.kind for n in b.due(0)] == ["firing"]
     b.apply("c", [a, bee], frozenset(), 10)
     (update,) = b.due(10)
-    b.undelivered(update)  # refused for good
+    b.undelivered([update])  # refused for good
     b.apply("c", [bee], frozenset(), 20)  # A resolves, B still fires
     (again,) = b.due(20)
     assert again.kind == "update"
@@ -186,7 +186,7 @@ def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() ->
     storm = [finding(f"g{i}", "warning") for i in range(3)]
     b.apply("c", storm, frozenset(), 0)
     (summary,) = b.due(0)
-    b.undelivered(summary)
+    b.undelivered([summary])
     sent = []
     for t in (100, 200, 300, 400):
         b.apply("c", storm, frozenset(), t)

@@ -25,7 +25,7 @@ groups are tracked and resolve one by one as always (API, metrics), quietly for 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
@@ -448,26 +448,42 @@ class AlertBook:
                 del self.groups[gkey]
         return out
 
-    def undelivered(self, n: Notification) -> None:
-        """A notification its receiver never got (refused for good, or dropped as too old). If it is still the
-        last one the group gave that receiver, what the receiver was told goes back to what it had before: alerts
-        it announced for the first time are taken out (no resolve for what the receiver never saw, and the group
-        is announced again once group_interval is over, not at once), an escalation goes back to the severity
-        told before, and alerts it announced as ended are the receiver's again, so their "resolved" is sent
-        again. Alertmanager logs a notification only once it is sent."""
-        if n.storm is None:
-            self.undelivered_raw(n.receiver, n.group_key, n.created_at, n.alerts)
+    def undelivered(self, dropped: Sequence[Notification]) -> None:
+        """Notifications of one receiver and one alert group (or storm), oldest first, that it will never get: the
+        first refused for good or grown too old, the others queued behind it and decided on what it said. What
+        the receiver was told goes back, newest first, to what it had before the first of them: alerts announced
+        for the first time are taken out (no "resolved" for a firing that never arrived: one queued behind it was
+        delivered), an escalation goes back to the severity told before, and alerts announced as ended are the
+        receiver's again, so their "resolved" is sent again (a resolve dropped as too old, after a long outage,
+        left the receiver's message firing for good). The next `due` decides afresh from there, once
+        group_interval is over (not at once). Alertmanager logs a notification only once it is sent."""
+        if not dropped:
             return
-        storm = self.storms.get(n.group_key)
-        if storm is not None and storm.last_notified_at == n.created_at:
-            storm.announced = {}  # nothing of it arrived: every group is news for the summary after group_interval
+        for n in reversed(dropped):
+            if n.storm is None:
+                self._undo(n.receiver, n.group_key, n.group_labels, n.alerts)
+                continue
+            storm = self.storms.get(n.group_key)
+            if storm is not None:
+                storm.announced = {}  # nothing of it arrived: every group is news for the summary after group_interval
+        last = dropped[-1]
+        group = self.groups.get(last.group_key)
+        if group is not None:  # group_interval counts from the last decision, as if it had been sent
+            group.last_notified_at[last.receiver] = last.created_at
 
     def undelivered_raw(self, receiver: str, group_key: str, created_at: float, alerts: Iterable[Any]) -> None:
-        """`undelivered` from a notification's parts, as read from a row that may be damaged: what cannot be
-        read is left as it is."""
+        """`undelivered` of one notification from its parts, as read from a row that may be damaged (what cannot
+        be read is left as it is), and only if it is still the last one the group gave that receiver."""
         group = self.groups.get(group_key)
         if group is None or group.last_notified_at.get(receiver) != created_at:
             return  # gone, or a later notification of the group has since superseded this one
+        self._undo(receiver, group_key, group.labels, alerts)
+
+    def _undo(self, receiver: str, group_key: str, labels: Mapping[str, str], alerts: Iterable[Any]) -> None:
+        """What the receiver was told goes back to what it had before a notification of these `alerts`."""
+        group = self.groups.get(group_key)
+        if group is None:  # let go once its last "resolved" was decided: back, to resolve again
+            group = self.groups[group_key] = AlertGroup(group_key, dict(labels))
         told = group.notified.setdefault(receiver, {})
         for a in alerts:
             if not isinstance(a, dict) or not isinstance(a.get("key"), str):

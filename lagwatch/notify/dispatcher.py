@@ -170,16 +170,18 @@ class _Worker:
             if wait > 0:
                 self.outbox.changed.wait(wait)
 
-    def _gave_up(self, notification: Notification) -> None:
-        if self._given_up is not None:
-            self._given_up(notification)
+    def _give_up(self, delivery: Delivery) -> int:
+        """Drops the delivery and those queued behind it in its lane (decided on what it said), and has the alert
+        book undo what they told (`given_up`, atomically with the drop). Returns how many were behind it."""
+        dropped = self._given_up(delivery) if self._given_up is not None else self.outbox.give_up(delivery)
+        return max(0, len(dropped) - 1)
 
     def _handle(self, delivery: Delivery) -> None:
         notification = delivery.notification
         now = self._clock()
         age = now - notification.created_at
         if age > self._max_age_s:
-            self.outbox.discard(delivery)
+            withdrawn = self._give_up(delivery)
             with self.counters.lock:
                 self.counters.dropped_expired += 1
             self.counters.error(f"expired after {age:.0f}s undelivered: {delivery.last_error}", now)
@@ -193,9 +195,9 @@ class _Worker:
                     "age_s": round(age),
                     "attempts": delivery.attempts,
                     "error": delivery.last_error,
+                    "withdrawn_behind": withdrawn,
                 },
             )
-            self._gave_up(notification)
             self._persist()
             return
         ref = self.outbox.refs.get(Outbox.ref_key(self.name, notification.group_key))
@@ -212,7 +214,7 @@ class _Worker:
             else:
                 new_ref = self.notifier.send(notification, ref)
         except PermanentError as e:
-            self.outbox.discard(delivery)
+            withdrawn = self._give_up(delivery)
             with self.counters.lock:
                 self.counters.failed_permanent += 1
             self.counters.error(_describe(e), now)
@@ -224,9 +226,9 @@ class _Worker:
                     "group_key": notification.group_key,
                     "kind": notification.kind,
                     "error": str(e)[:_ERROR_TEXT_MAX],
+                    "withdrawn_behind": withdrawn,
                 },
             )
-            self._gave_up(notification)
             self._persist()
             return
         except Exception as e:  # RetryableError, a bare DeliveryError, or a surprise: all are tried again
@@ -377,13 +379,14 @@ class Dispatcher:
         *,
         max_age_s: float = DEFAULT_MAX_AGE_S,
         rng: random.Random | None = None,
-        given_up: Callable[[Notification], None] | None = None,
+        given_up: Callable[[Delivery], list[Notification]] | None = None,
     ) -> None:
         self.outbox = outbox
         self.notifiers = dict(notifiers)
         self.persist = persist
-        # Told of each notification dropped undelivered (refused for good, or too old), before the drop is saved:
-        # the alert book must not count its receiver as told of it.
+        # Gives up a delivery (refused for good, or too old) with those queued behind it in its lane, and has the
+        # alert book undo what they told, at once (Outbox.give_up, AlertBook.undelivered): returns their
+        # notifications. Without it, they are dropped from the outbox alone.
         self.given_up = given_up
         self.clock = clock
         self.max_age_s = max_age_s

@@ -136,9 +136,27 @@ class Outbox:
                 self.unsaved_refs.add(key)
 
     def discard(self, delivery: Delivery) -> None:
-        """Gives a delivery up (permanent failure, too old). The group's message reference stays as it was, so a
-        later update still edits the message that went out; a resolution ends the incident all the same."""
-        self.done(delivery, None)
+        """Drops a delivery without a word to the alert book (its notifier is gone). The message reference stays."""
+        with self.changed:
+            self.deliveries = [d for d in self.deliveries if d is not delivery]
+            self.unsaved_deliveries[self.row_key(delivery)] = None
+
+    def give_up(self, delivery: Delivery) -> list[Notification]:
+        """Gives a delivery up (refused for good, or too old) with every delivery queued behind it in its lane (the
+        same notifier and alert group), which were decided on what it said; returns their notifications, oldest
+        first, for the alert book to undo (AlertBook.undelivered). The message reference stays as it was: the
+        receiver still has the message that went out, which what is sent next (a "resolved" owed again) updates."""
+        lane = (delivery.notifier, delivery.notification.group_key)
+        with self.changed:
+            start = next((i for i, d in enumerate(self.deliveries) if d is delivery), None)
+            if start is None:
+                return []
+            behind = [d for d in self.deliveries[start + 1 :] if (d.notifier, d.notification.group_key) == lane]
+            gone = {id(delivery), *map(id, behind)}
+            self.deliveries = [d for d in self.deliveries if id(d) not in gone]
+            for d in (delivery, *behind):
+                self.unsaved_deliveries[self.row_key(d)] = None
+            return [delivery.notification, *(d.notification for d in behind)]
 
     def pending(self, notifier: str | None = None) -> int:
         with self.changed:
