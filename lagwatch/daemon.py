@@ -161,6 +161,10 @@ class Daemon:
             log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
             self.store.db.set_aside(table, key, f"unknown shape: {why}")
         book.load_config_silences()
+        if self.store.db.restored_from_copy:
+            # The last run issued notification ids past this copy's sequence: issued again, a receiver that takes
+            # an id once (the webhook body's `id`) would drop the new notifications as duplicates.
+            book.sequence = max(book.sequence, int(self.clock()))
         odd: list[tuple[str, str, Any]] = []
         outbox = Outbox.from_json(raw.get("outbox"), odd)
         for key, why, row in odd:  # only these: every other queued notification is still delivered

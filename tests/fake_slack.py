@@ -42,7 +42,14 @@ class FakeSlack:
     # timeout): Slack acted, lagwatch never heard.
     act_then_hang_next: int = 0
     hang_s: float = 3.0
+    # The next N chat.postMessage calls are carried out, then answered 500 (Slack acted, and said it failed).
+    act_then_fail_next: int = 0
+    # The next N calls are answered 200 with their body sent a byte every `trickle_s` (a proxy or a Slack that
+    # hangs mid-answer: each read is quick, the answer never whole).
+    trickle_next: int = 0
+    trickle_s: float = 1.0
     messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # channel id -> messages posted
+    names: set[str] = field(default_factory=set)  # channels named in posts: the workspace's (conversations.list)
     # chat.postMessage per channel: at most this many per second on average (0: no limit), `post_burst` at once.
     post_rate_per_s: float = 0.0
     post_burst: float = 1.0
@@ -86,12 +93,20 @@ class FakeSlack:
                 status, body, headers = fake._answer(method, args, self.headers.get("Authorization", ""))
                 if fake.delay_s:
                     time.sleep(fake.delay_s)
+                trickle = False
                 if method == "chat.postMessage" and body.get("ok"):
                     with fake._lock:
                         hang = fake.act_then_hang_next > 0
                         fake.act_then_hang_next -= hang
+                        fail = fake.act_then_fail_next > 0
+                        fake.act_then_fail_next -= fail
                     if hang:
                         time.sleep(fake.hang_s)
+                    if fail:
+                        status, body = 500, {"ok": False, "error": "internal_error"}
+                with fake._lock:
+                    trickle = fake.trickle_next > 0
+                    fake.trickle_next -= trickle
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 for k, v in headers.items():
@@ -99,7 +114,16 @@ class FakeSlack:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                if not trickle:
+                    self.wfile.write(payload)
+                    return
+                for i in range(len(payload)):
+                    try:
+                        self.wfile.write(payload[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(fake.trickle_s)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
@@ -115,6 +139,8 @@ class FakeSlack:
 
     def _answer(self, method: str, args: dict[str, Any], auth: str) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self._lock:
+            if method == "chat.postMessage" and not str(args.get("channel")).startswith("C"):
+                self.names.add(str(args.get("channel")))  # a channel of the workspace, whatever the answer
             if self.rate_limit_next > 0:
                 self.rate_limit_next -= 1
                 self.calls.append(Call(method, args, time.monotonic(), 429))
@@ -152,16 +178,29 @@ class FakeSlack:
                 }
                 self.messages.setdefault(channel, []).append(message)
                 return 200, {"ok": True, "channel": channel, "ts": ts}, {}
-            if method == "conversations.history":
-                # Newest first, `limit` a page (Slack's default 100), the next page by `cursor`, as Slack does.
-                channel = _channel_id(args.get("channel"))
+            if method in ("conversations.history", "conversations.replies"):
+                # As Slack: a channel id only (a name is channel_not_found); history lists the channel's messages,
+                # newest first, without the replies in threads; replies lists a thread, its parent first, oldest
+                # first. `limit` a page (Slack's default 100), the next page by `cursor`.
+                channel = str(args.get("channel"))
+                if channel not in self.messages and not channel.startswith("C"):
+                    return 200, {"ok": False, "error": "channel_not_found"}, {}
                 oldest = float(args.get("oldest") or 0)
-                found = list(reversed([m for m in self.messages.get(channel, []) if m["at"] >= oldest]))
+                posted = self.messages.get(channel, [])
+                if method == "conversations.history":
+                    found = list(reversed([m for m in posted if m["at"] >= oldest and not m.get("thread_ts")]))
+                else:
+                    parent = [m for m in posted if m["ts"] == args.get("ts")]
+                    replies = [m for m in posted if m.get("thread_ts") == args.get("ts") and m["at"] >= oldest]
+                    found = parent + replies
                 start, limit = int(args.get("cursor") or 0), int(args.get("limit") or 100)
                 page, more = found[start : start + limit], start + limit < len(found)
                 body = {"ok": True, "messages": page, "has_more": more}
                 body["response_metadata"] = {"next_cursor": str(start + limit) if more else ""}
                 return 200, body, {}
+            if method == "conversations.list":  # every channel posted to by name, one page
+                channels = [{"id": _channel_id(name), "name": name.lstrip("#")} for name in sorted(self.names)]
+                return 200, {"ok": True, "channels": channels, "response_metadata": {"next_cursor": ""}}, {}
             if method == "chat.update":
                 return 200, {"ok": True, "channel": args.get("channel"), "ts": args.get("ts")}, {}
             return 200, {"ok": False, "error": "unknown_method"}, {}

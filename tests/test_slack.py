@@ -113,7 +113,14 @@ def test_server_error_is_retried_and_sent_once(slack: FakeSlack) -> None:
     life = Lifecycle()
     life.step([finding("lag")], 0)
     deliver(life.outbox, notifier(slack))
-    assert [c.status for c in slack.calls] == [500, 200] and len(slack.delivered()) == 1
+    # The 500 may have come after Slack acted: it is looked for before it is posted again, and posted once.
+    assert [(c.method, c.status) for c in slack.calls] == [
+        ("chat.postMessage", 500),
+        ("conversations.list", 200),
+        ("conversations.history", 200),
+        ("chat.postMessage", 200),
+    ]
+    assert len(slack.delivered()) == 1
 
 
 def test_outage_then_recovery_across_a_restart_delivers_everything_once_in_order(
@@ -277,3 +284,80 @@ def test_a_post_found_behind_hundreds_of_later_messages_is_not_posted_again(slac
     assert len(slack.delivered("chat.postMessage")) == 1
     assert ref is not None and ref["ts"] == "1700000000.000001"
     assert [c.method for c in slack.calls].count("conversations.history") == 3
+
+
+def test_a_reply_that_times_out_after_slack_acted_is_never_posted_twice(slack: FakeSlack) -> None:
+    """A thread reply (the resolve's) whose answer came too late: conversations.history lists no replies, so the
+    lookup never found it, and the reply was posted twice. It is looked for in its thread."""
+    life = Lifecycle()
+    n = notifier(slack, timeout_s=1)
+    life.step([finding("lag")], 0)
+    deliver(life.outbox, n)
+    life.step([], 60)
+    slack.act_then_hang_next, slack.hang_s = 1, 3.5  # the reply (the update before it is not a post)
+    deliver(life.outbox, n, timeout=30)
+    replies = [c for c in slack.delivered("chat.postMessage") if c.args.get("thread_ts")]
+    assert len(replies) == 1
+    assert [c.method for c in slack.calls].count("conversations.replies") == 1
+
+
+def test_a_post_whose_lookup_fails_for_a_while_is_not_posted_again(slack: FakeSlack) -> None:
+    """After a post timed out (Slack had posted it), Slack answered the lookups 500 for a while: each failed
+    lookup was taken for "not there", and the message was posted again. A lookup that fails is tried again."""
+    life = Lifecycle()
+    n = notifier(slack, timeout_s=1)
+    slack.act_then_hang_next, slack.hang_s = 1, 3.5
+    (note,) = life.step([finding("lag")], 0)
+    with pytest.raises(RetryableError):
+        n.send(note, None)
+    slack.fail_next = 3  # the next three calls: the lookups
+    for _ in range(3):
+        with pytest.raises(RetryableError, match="HTTP 500"):
+            n.send(note, None, maybe_sent=True)
+    ref = n.send(note, None, maybe_sent=True)
+    assert len(slack.delivered("chat.postMessage")) == 1 and ref is not None and ref["ts"] == "1700000000.000001"
+
+
+def test_a_post_slack_carried_out_and_answered_500_is_not_posted_again(slack: FakeSlack) -> None:
+    """Slack posted, then answered 500: slack-sdk's own retry posted it again at once. lagwatch retries, and looks
+    for it first."""
+    life = Lifecycle()
+    slack.act_then_fail_next = 1
+    life.step([finding("lag")], 0)
+    deliver(life.outbox, notifier(slack))
+    (channel,) = slack.messages.values()
+    assert len(channel) == 1  # one message in Slack
+    assert [c.method for c in slack.calls].count("conversations.history") == 1  # found it, and posted no more
+
+
+def test_a_retry_after_of_a_day_holds_neither_the_worker_nor_the_other_groups(slack: FakeSlack) -> None:
+    """One 429 with Retry-After 100000: slack-sdk slept it out in the worker (every channel frozen, /readyz green).
+    The refused notification waits at most RETRY_AFTER_MAX_S; the other group's is posted at once."""
+    life = Lifecycle()
+    slack.rate_limit_next, slack.retry_after = 1, 100000
+    life.step([finding("lag", group="a")], 0)
+    life.step([finding("lag", group="a"), finding("lag", group="b")], 1)
+    d = Dispatcher(life.outbox, {"slack": notifier(slack)}, persist=lambda: None).start()
+    try:
+        wait_for(lambda: len(slack.delivered("chat.postMessage")) == 1, timeout=10, what="b's firing")
+        (waiting,) = life.outbox.deliveries
+        assert waiting.notification.group_labels["group"] == "a"
+        assert waiting.next_attempt_at - time.time() <= dispatcher.RETRY_AFTER_MAX_S
+    finally:
+        d.stop()
+
+
+def test_an_answer_that_trickles_in_is_given_up_on_in_bounded_time(slack: FakeSlack) -> None:
+    """Slack (or a proxy) answering a byte a second: each read is within the timeout, and the worker waited for
+    good. The whole call has a deadline: a retryable failure (it may have reached Slack) in about twice the
+    timeout, and the notifier goes on."""
+    life = Lifecycle()
+    n = notifier(slack, timeout_s=1)
+    (note,) = life.step([finding("lag")], 0)
+    slack.trickle_next, slack.trickle_s = 1, 0.4  # each read well within the 1 s timeout
+    started = time.monotonic()
+    with pytest.raises(RetryableError, match="no full answer within 3 s"):
+        n.send(note, None)
+    assert time.monotonic() - started < 4
+    ref = n.send(note, None)  # looked for first (it reached Slack), then not posted again
+    assert ref is not None and len(slack.delivered("chat.postMessage")) == 1

@@ -435,3 +435,64 @@ def test_a_state_database_symlink_whose_target_is_gone_starts_from_the_last_good
     assert len(store.read_alerts()["book"]["alerts"]) == 2
     store.close()
     assert "starting from the last good copy" in caplog.text
+
+
+@pytest.mark.parametrize("how", ["deleted", "deleted with its log", "replaced"])
+def test_a_state_database_deleted_while_running_is_written_again_whole(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """state.db deleted (or replaced) while lagwatch runs: SQLite went on writing a file no longer there, nothing
+    said so, and a crash then started from the last good copy: every incident since announced again. The next save
+    notices, and writes everything to a new database: a crash right after it loses nothing."""
+    store = StateStore(tmp_path).open()
+    book, outbox = book_with(3), Outbox()
+    outbox.add(book.due(0.0), ["log"])
+    store.save_alerts(book, outbox)
+    doomed = ["state.db", "state.db-wal", "state.db-shm"] if how == "deleted with its log" else ["state.db"]
+    for name in doomed:
+        (tmp_path / name).unlink(missing_ok=True)
+    if how == "replaced":
+        (tmp_path / "state.db").write_bytes(b"someone else's file")
+    delivery = outbox.due(1.0, "log")[0]
+    outbox.done(delivery, {"ts": "1"})
+    store.save_alerts(None, outbox)  # after a delivery: the whole outbox to the new file at once
+    assert store.db.replaced == 1 and "deleted or replaced while lagwatch runs" in caplog.text
+    book.apply("c", [finding(f"g{i}") for i in range(4)], frozenset(), 5.0)  # a new alert since
+    store.save_alerts(book, outbox)  # the next poll's save: the book too
+    crashed = StateStore(tmp_path)  # another process, as after a crash: reads what is on disk now
+    store.db._db.close()  # type: ignore[union-attr]  # the crash: no clean stop, no last-good copy
+    store.db._db = None
+    store.close()
+    raw = crashed.open().read_alerts()
+    crashed.close()
+    assert len(raw["book"]["alerts"]) == 4 and len(raw["book"]["groups"]) == 3
+    assert len(raw["outbox"]["deliveries"]) == 2 and raw["outbox"]["refs"] == {
+        "log|" + delivery.notification.group_key: {"ts": "1"}
+    }
+    if how == "replaced":
+        aside = [p for p in tmp_path.glob("state.db.set-aside-*") if not p.name.endswith(("-wal", "-shm"))]
+        assert [p.read_bytes() for p in aside] == [b"someone else's file"]
+
+
+def test_notification_ids_are_never_issued_twice_after_a_restore_from_the_last_good_copy(tmp_path: Path) -> None:
+    """Restored from the last good copy, the sequence went back to that copy's, and new notifications took ids the
+    last run had already sent: a receiver that takes each id once dropped them. They now start past any id."""
+    from lagwatch.config import load_settings
+    from lagwatch.daemon import Daemon
+
+    store = StateStore(tmp_path).open()
+    book = book_with(1)
+    store.save_alerts(book, Outbox())
+    store.close()  # the last good copy: sequence 0
+    store = StateStore(tmp_path).open()
+    book.due(0.0)  # the last run went on, issuing id 00000001...
+    store.save_alerts(book, Outbox())
+    store.db._db.close()  # type: ignore[union-attr]  # ...and died
+    store.db._db = None
+    store.close()
+    (tmp_path / "state.db").unlink()  # and its database was lost
+    daemon = Daemon(load_settings(state_dir=tmp_path, http={"enabled": False}), clusters={}, notifiers={})
+    try:
+        assert daemon.store.db.restored_from_copy and daemon.book.sequence > 10**9
+    finally:
+        daemon.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +28,7 @@ class Receiver:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.status = 200
+        self.trickle_s = 0.0  # the answer's body a byte at a time, this far apart
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,9 +39,15 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 receiver.requests.append((self.path, dict(self.headers), json.loads(body or b"null")))
                 self.send_response(receiver.status)
-                self.send_header("Content-Length", "2")
+                body = b"ok" * 50 if receiver.trickle_s else b"ok"
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(b"ok")
+                for i in range(len(body)) if receiver.trickle_s else ():
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(receiver.trickle_s)
+                if not receiver.trickle_s:
+                    self.wfile.write(body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -182,3 +190,16 @@ def test_notify_test_command(tmp_path: Path) -> None:
         assert done.returncode == 2 and "--notifier: 'pager' is not configured" in done.stderr
     finally:
         slack.stop()
+
+
+def test_an_answer_that_trickles_in_is_given_up_on_in_bounded_time(receiver: Receiver) -> None:
+    """A receiver answering a byte every 0.2 s: each read within the timeout, and the webhook's worker was held
+    for as long as the receiver liked (a minute and more), its later deliveries stuck. The whole call has a
+    deadline: a retryable failure (it reached the receiver) in about twice the timeout."""
+    receiver.trickle_s = 0.2
+    hook = WebhookNotifier("webhook:ops", WebhookConfig(url=receiver.url, timeout_s=0.5))
+    firing, _ = notifications()
+    started = time.monotonic()
+    with pytest.raises(DeliveryError, match="no full answer within 2 s"):
+        hook.send(firing, None)
+    assert time.monotonic() - started < 3 and len(receiver.requests) == 1

@@ -9,7 +9,9 @@ The dispatcher decides what happens next from the error's class alone:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from lagwatch.alerts import Notification
 
@@ -19,11 +21,14 @@ class DeliveryError(Exception):
 
 
 class RetryableError(DeliveryError):
-    """The receiver may take it later. `retry_after_s` is the receiver's own hint (HTTP Retry-After), if any."""
+    """The receiver may take it later. `retry_after_s` is the receiver's own hint (HTTP Retry-After), if any.
+    `maybe_acted`: the receiver may have taken it all the same (a timeout, a 5xx, a dropped connection); False
+    for a refusal it answered (429, a Slack error), after which nothing needs looking for before the next try."""
 
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, message: str, retry_after_s: float | None = None, maybe_acted: bool = True) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.maybe_acted = maybe_acted
 
 
 class PermanentError(DeliveryError):
@@ -55,7 +60,7 @@ def http_status_error(what: str, status: int, retry_after: str | None = None, de
     message = f"{what}: HTTP {status}" + (f" {detail}" if detail else "")
     if 400 <= status < 500 and status not in (408, 429):
         return PermanentError(message)
-    return RetryableError(message, parse_retry_after(retry_after))
+    return RetryableError(message, parse_retry_after(retry_after), maybe_acted=not 400 <= status < 500)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -68,3 +73,47 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
     # A finite, non-negative number of seconds; anything else is not a hint worth trusting.
     return seconds if 0 <= seconds < float("inf") else None
+
+
+T = TypeVar("T")
+HUNG_CALLS_MAX = 2  # calls of one notifier given up on and still running: beyond this, no new call is made
+
+
+def call_deadline_s(timeout_s: float) -> float:
+    """How long a whole call may take, with `timeout_s` for each of its steps (connect, each read)."""
+    return 2 * timeout_s + 1
+
+
+class Deadline:
+    """A whole HTTP call bounded in time: the call runs on a thread of its own, and is given up on `seconds` after
+    it began. urllib's and slack-sdk's timeouts bound each read, not a request: a receiver that answered a byte a
+    second held a notifier's worker for good, its deliveries stuck and /readyz green. A call given up on is a
+    retryable failure that may have reached the receiver (as a timeout is); it may still end on its own thread.
+    While HUNG_CALLS_MAX of them still run, no new call is made (threads do not pile up on a receiver that hangs)."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        self.what, self.seconds = what, seconds
+        self._hung: list[threading.Thread] = []
+
+    def run(self, call: Callable[[], T]) -> T:
+        self._hung = [t for t in self._hung if t.is_alive()]
+        if len(self._hung) >= HUNG_CALLS_MAX:
+            raise RetryableError(f"{self.what}: {len(self._hung)} earlier calls still hang (no answer in full)")
+        outcome: list[Any] = []
+
+        def target() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as e:  # handed to the caller's thread as it is
+                outcome.append((False, e))
+
+        thread = threading.Thread(target=target, name=f"lagwatch-call-{self.what}", daemon=True)
+        thread.start()
+        thread.join(self.seconds)
+        if thread.is_alive() or not outcome:
+            self._hung.append(thread)
+            raise RetryableError(f"{self.what}: no full answer within {self.seconds:.0f} s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]

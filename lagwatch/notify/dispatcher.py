@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0  # retries are at most this far apart, until the notification's maximum age
+RETRY_AFTER_MAX_S = 300.0  # a receiver's Retry-After is honoured up to this (a day's was slept out whole)
 PERSIST_RETRY_S = 5.0  # how often a worker tries again to save the state after a failed save
 LOOP_ERROR_PAUSE_S = 1.0  # after an unexpected error in the loop: no busy loop if it repeats
 IDLE_WAIT_S = 1.0  # an idle worker looks again at least this often (also: how soon it sees stop())
@@ -245,7 +246,9 @@ class _Worker:
         delay = self._retry_delay(delivery.attempts)
         hint = error.retry_after_s if isinstance(error, RetryableError) else None
         if hint is not None:
-            delay = max(delay, min(hint, BACKOFF_MAX_S))
+            delay = max(delay, min(hint, RETRY_AFTER_MAX_S))
+        if isinstance(error, RetryableError) and not error.maybe_acted:
+            delivery.in_flight = False  # refused: nothing of this attempt to look for before the next
         delivery.next_attempt_at = now + delay
         delivery.last_error = _describe(error)
         self.outbox.touch(delivery)

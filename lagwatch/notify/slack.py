@@ -1,16 +1,20 @@
 """Slack through a bot token (chat.postMessage / chat.update), and Slack incoming webhooks.
 
 One message per alert group: a change updates it in place, a repeat replies in its thread, a resolution updates it
-to resolved and replies in the thread. slack-sdk retries 429 (honouring Retry-After), 5xx and connection errors;
-lagwatch paces messages to about one per second per channel. Each runs on its own notifier worker, never a
-poll's thread. Errors are sorted into permanent (bad token, unknown or archived channel, rejected payload) and
-retryable (the rest); a chat.update on a deleted message posts a new one instead.
+to resolved and replies in the thread. lagwatch paces messages to about one per second per channel. Each runs on its
+own notifier worker, never a poll's thread. Errors are sorted into permanent (bad token, unknown or archived
+channel, rejected payload) and retryable (the rest: the dispatcher retries, honouring Retry-After up to its cap);
+a chat.update on a deleted message posts a new one instead. slack-sdk's own retries are off: they re-posted after
+a 500 that came once Slack had acted, and slept out any Retry-After (a day) inside the worker.
 
 Never a duplicate post: every message carries a key in its metadata (`lagwatch_notification`). A post whose answer
-was lost (a timeout or a dropped connection after Slack may have acted), or one made by a previous run of lagwatch
-that may have died before recording it, is first looked for with conversations.history since the attempt; if it
-is there, it counts as delivered. That needs the channel's id (or a name Slack resolves) and the `channels:history`
-scope (`groups:history` for private channels); without them lagwatch posts again and says so once.
+was lost (a timeout, a 5xx or a dropped connection after Slack may have acted), or one made by a previous run of
+lagwatch that may have died before recording it, is first looked for since the attempt: with conversations.history
+for a message, with conversations.replies for a reply in a thread (history lists no replies). If it is there, it
+counts as delivered. A lookup that fails for a while (Slack down) is tried again, never taken for "not there". That
+needs the channel's id: a channel configured by name is looked up with conversations.list (the `channels:read`
+scope, `groups:read` for private ones) or learnt from a post's answer; and the `channels:history` scope
+(`groups:history`). Without the scopes lagwatch posts again and says so once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -25,17 +30,19 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import (
-    ConnectionErrorRetryHandler,
-    RateLimitErrorRetryHandler,
-    ServerErrorRetryHandler,
-)
 from slack_sdk.webhook import WebhookClient
 
 from lagwatch.alerts import Notification
 from lagwatch.clock import MAX_SLEW_S
 from lagwatch.notify import render
-from lagwatch.notify.base import DeliveryError, PermanentError, RetryableError, http_status_error
+from lagwatch.notify.base import (
+    Deadline,
+    DeliveryError,
+    PermanentError,
+    RetryableError,
+    call_deadline_s,
+    http_status_error,
+)
 from lagwatch.notify.settings import SlackConfig, SlackWebhookConfig
 
 log = logging.getLogger(__name__)
@@ -44,11 +51,11 @@ METADATA_EVENT = "lagwatch_notification"
 PACE_S = 1.0
 
 
-def _retry_handlers(connection_errors: bool = True) -> list[Any]:
-    # A dropped connection may come after Slack acted: the bot client leaves those to lagwatch, which looks for
-    # the message before posting again. An incoming webhook cannot look, so slack-sdk retries for it.
-    handlers: list[Any] = [RateLimitErrorRetryHandler(max_retry_count=3), ServerErrorRetryHandler(max_retry_count=2)]
-    return [ConnectionErrorRetryHandler(max_retry_count=2), *handlers] if connection_errors else handlers
+# Lookups Slack refuses for want of a scope or a channel this token sees: lagwatch cannot check, and posts again.
+CANNOT_LOOK_ERRORS = frozenset(
+    {"missing_scope", "not_allowed_token_type", "no_permission", "access_denied", "channel_not_found", "not_in_channel"}
+)
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{6,}")  # a conversation's id, as Slack answers them
 
 
 # How far back a post whose outcome is unknown is looked for: 20 pages of 200, Slack's largest page (Tier 3 calls,
@@ -64,11 +71,13 @@ class SlackNotifier:
             token=config.token.get_secret_value(),
             base_url=config.base_url,
             timeout=math.ceil(config.timeout_s),  # whole seconds: int() made 0.5 s a 0
-            retry_handlers=_retry_handlers(connection_errors=False),
+            retry_handlers=[],  # lagwatch's dispatcher retries (see the module's docstring)
         )
+        self._deadline = Deadline(f"slack {name}", call_deadline_s(config.timeout_s))
         self._last_post: dict[str, float] = {}
         self._lock = threading.Lock()
         self._uncertain: dict[str, float] = {}  # message key -> when a post whose outcome is unknown was tried
+        self._channel_ids: dict[str, str] = {}  # channel name (without #) -> id: learnt from posts and lookups
         self._lookup_warned = False
 
     def channel_for(self, n: Notification) -> str:
@@ -101,12 +110,24 @@ class SlackNotifier:
                 self._last_post[channel] = time.monotonic()
 
     def _call(self, method: str, channel: str, **kwargs: Any) -> Any:
+        return self._request(method, channel, channel=channel, **kwargs)
+
+    def _request(self, method: str, pace: str | None, lookup: bool = False, **args: Any) -> Any:
+        """One Web API call, bounded in time (Deadline) and paced per channel (`pace`), its failures as
+        DeliveryError. With `lookup`, a refusal for want of a scope or a channel (CANNOT_LOOK_ERRORS) gives None,
+        after one warning: lagwatch cannot look."""
         try:
-            with self._paced(channel):
-                return getattr(self.client, method)(channel=channel, **kwargs)
+            with self._paced(pace) if pace is not None else contextlib.nullcontext():
+                return self._deadline.run(lambda: getattr(self.client, method)(**args))
         except SlackApiError as e:
+            code = e.response.get("error")
+            if lookup and code in CANNOT_LOOK_ERRORS:
+                self._cannot_look(f"{method}: {code}")
+                return None
             raise _api_error(method, e) from None
-        except Exception as e:  # connection errors and timeouts after slack-sdk's own retries
+        except DeliveryError:
+            raise
+        except Exception as e:  # connection errors and timeouts
             raise RetryableError(f"slack {method}: {type(e).__name__}: {e}") from None
 
     def _post(self, n: Notification, key: str, channel: str, maybe_sent: bool, **message: Any) -> dict[str, Any]:
@@ -115,7 +136,7 @@ class SlackNotifier:
         if since is None and maybe_sent:
             since = n.created_at  # an attempt of an earlier run, which may have posted it and died before saying so
         if since is not None:
-            found = self._find_posted(channel, key, since)
+            found = self._find_posted(channel, key, since, message.get("thread_ts"))
             if found is not None:
                 self._uncertain.pop(key, None)
                 return found
@@ -124,42 +145,41 @@ class SlackNotifier:
         try:
             response = self._call("chat_postMessage", channel, metadata=metadata, **message)
         except RetryableError as e:
-            if "ratelimited" not in str(e):  # a 429 is a refusal; anything else may have reached Slack
+            if e.maybe_acted:  # a timeout, a 5xx, a dropped connection: looked for before the next post
                 self._uncertain.setdefault(key, attempt)
             raise
         self._uncertain.pop(key, None)
+        if not _CHANNEL_ID.fullmatch(channel):  # a name: its id, for a lookup after a lost answer
+            self._channel_ids[channel.lstrip("#")] = response["channel"]
         return {"channel": response["channel"], "ts": response["ts"]}
 
-    def _find_posted(self, channel: str, key: str, since: float) -> dict[str, Any] | None:
-        """The message posted with `key` since `since`, if any. Slack answers newest first, a page at a time: in a
-        busy channel the post may lie behind hundreds of later messages (it was posted twice when only the first
-        page was read)."""
+    def _find_posted(self, channel: str, key: str, since: float, thread_ts: str | None = None) -> dict[str, Any] | None:
+        """The message (or, with `thread_ts`, the reply in that thread) posted with `key` since `since`, if any.
+        None when it is not there, or when lagwatch cannot look (a scope missing: it posts again and says so
+        once). A lookup Slack does not answer (down, 5xx, rate limited, too slow) raises RetryableError: taken for
+        "not there", it posted twice. Slack answers history newest first, a page at a time: in a busy channel the
+        post may lie behind hundreds of later messages (it was posted twice when only the first page was read)."""
+        channel_id = self._channel_id(channel)
+        if channel_id is None:
+            return None
+        # A margin for lagwatch's clock, which runs up to MAX_SLEW_S ahead after a host clock step back (`since`
+        # may be a notification's time, in lagwatch's clock, after a restart).
+        oldest = f"{since - 5 - MAX_SLEW_S:.6f}"
+        method = "conversations_replies" if thread_ts else "conversations_history"
         cursor: str | None = None
         for _ in range(LOOKUP_PAGES):
-            try:
-                with self._paced(channel):
-                    page = self.client.conversations_history(
-                        channel=channel,
-                        # A margin for lagwatch's clock, which runs up to MAX_SLEW_S ahead after a host clock
-                        # step back (`since` may be a notification's time, in lagwatch's clock, after a restart).
-                        oldest=f"{since - 5 - MAX_SLEW_S:.6f}",
-                        include_all_metadata=True,
-                        limit=LOOKUP_PAGE_SIZE,
-                        cursor=cursor,  # None on the first page: slack-sdk leaves it out
-                    )
-            except Exception as e:  # no scope, a channel name Slack does not resolve here, Slack down: post again
-                if not self._lookup_warned:
-                    self._lookup_warned = True
-                    log.warning(
-                        "cannot check Slack for a message that may already be posted; posting it (again)",
-                        extra={"notifier": self.name, "error": f"{type(e).__name__}: {e}"[:200]},
-                    )
+            # include_all_metadata: the key; a cursor of None on the first page is left out by slack-sdk
+            args = {"oldest": oldest, "include_all_metadata": True, "limit": LOOKUP_PAGE_SIZE, "cursor": cursor}
+            if thread_ts:
+                args["ts"] = thread_ts
+            page = self._request(method, channel_id, lookup=True, channel=channel_id, **args)
+            if page is None:
                 return None
             messages: list[dict[str, Any]] = page.get("messages", [])
             for message in messages:
                 payload = (message.get("metadata") or {}).get("event_payload") or {}
                 if payload.get("key") == key:
-                    return {"channel": page.get("channel_actual") or channel, "ts": message["ts"]}
+                    return {"channel": channel_id, "ts": message["ts"]}
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
             if not page.get("has_more") or cursor is None:
                 return None
@@ -170,14 +190,63 @@ class SlackNotifier:
         )
         return None
 
+    def _channel_id(self, channel: str) -> str | None:
+        """The id of a channel configured by id or by name (history and replies take ids only)."""
+        if _CHANNEL_ID.fullmatch(channel):
+            return channel
+        name = channel.lstrip("#")
+        if name in self._channel_ids:
+            return self._channel_ids[name]
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            page = self._request(
+                "conversations_list",
+                None,
+                lookup=True,
+                types="public_channel,private_channel",
+                limit=LOOKUP_PAGE_SIZE,
+                cursor=cursor,
+            )
+            if page is None:
+                return None
+            channels: list[Any] = page.get("channels", [])
+            for c in channels:
+                if isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("id"), str):
+                    self._channel_ids[c["name"]] = c["id"]
+            if name in self._channel_ids:
+                return self._channel_ids[name]
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                break
+        self._cannot_look(f"no channel named {name} among those the token sees")
+        return None
+
+    def _cannot_look(self, why: str) -> None:
+        if not self._lookup_warned:
+            self._lookup_warned = True
+            log.warning(
+                "cannot check Slack for a message that may already be posted; posting it (again)",
+                extra={"notifier": self.name, "error": why[:200]},
+            )
+
     checks_duplicates = True  # the dispatcher says when an earlier attempt's outcome is unknown
 
     def send(
         self, notification: Notification, ref: dict[str, Any] | None, maybe_sent: bool = False
     ) -> dict[str, Any] | None:
+        key = f"{self.name}|{notification.group_key}|{notification.id}"
+        try:
+            return self._send(notification, ref, maybe_sent, key)
+        except RetryableError as e:
+            if not e.maybe_acted and (key in self._uncertain or key + "|reply" in self._uncertain):
+                e.maybe_acted = True  # refused now, but an earlier attempt's post may still be in Slack
+            raise
+
+    def _send(
+        self, notification: Notification, ref: dict[str, Any] | None, maybe_sent: bool, key: str
+    ) -> dict[str, Any] | None:
         text = render.fallback_text(notification)
         blocks = render.blocks(notification, self.config.grafana_url)
-        key = f"{self.name}|{notification.group_key}|{notification.id}"
         if ref is None or notification.kind == "firing":
             # A new incident for this group: a message of its own.
             return self._post(notification, key, self.channel_for(notification), maybe_sent, text=text, blocks=blocks)
@@ -193,13 +262,23 @@ class SlackNotifier:
         return ref
 
     def post_digest(self, title: str, lines: list[str]) -> None:
-        """The report's digest in the default channel (rate limits and 5xx: slack-sdk's retries)."""
+        """The report's digest in the default channel: once, from the report job (not the daemon's worker), so a
+        rate limit or a 5xx is waited out here, three tries at most (a retry after a 5xx may post it twice)."""
         text = "\n".join(lines)
         blocks = [
             {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
             {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
         ]
-        self._call("chat_postMessage", self.config.default_channel, text=f"{title}\n{text}"[:3000], blocks=blocks)
+        for attempt in range(3):
+            try:
+                self._call(
+                    "chat_postMessage", self.config.default_channel, text=f"{title}\n{text}"[:3000], blocks=blocks
+                )
+                return
+            except RetryableError as e:
+                if attempt == 2:
+                    raise
+                time.sleep(min(e.retry_after_s if e.retry_after_s is not None else 2.0**attempt, 30.0))
 
 
 # Slack's answers (the `error` field) that no retry can change: credentials, channel, or the message itself.
@@ -261,9 +340,9 @@ def _api_error(method: str, e: SlackApiError) -> DeliveryError:
         return _MessageGone(message)
     if code in PERMANENT_SLACK_ERRORS:
         return PermanentError(message)
-    if status != 200:  # slack-sdk already retried 429 and 5xx; pass on when Slack wants the next try
+    if status != 200:  # 429 and 5xx: the dispatcher retries, when Slack wants the next try
         return http_status_error(f"slack {method}", status, _header(e.response.headers, "Retry-After"), code or "")
-    return RetryableError(message)
+    return RetryableError(message, maybe_acted=False)  # Slack answered that it did not
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -281,14 +360,16 @@ class SlackWebhookNotifier:
         self.name = name
         self.config = config
         self.client = WebhookClient(
-            config.url.get_secret_value(), timeout=math.ceil(config.timeout_s), retry_handlers=_retry_handlers()
-        )
+            config.url.get_secret_value(), timeout=math.ceil(config.timeout_s), retry_handlers=[]
+        )  # the dispatcher retries, Retry-After capped (slack-sdk slept it out whole, a day, in the worker)
+        self._deadline = Deadline("slack webhook", call_deadline_s(config.timeout_s))
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
+        text, blocks = render.fallback_text(notification), render.blocks(notification, self.config.grafana_url)
         try:
-            response = self.client.send(
-                text=render.fallback_text(notification), blocks=render.blocks(notification, self.config.grafana_url)
-            )
+            response = self._deadline.run(lambda: self.client.send(text=text, blocks=blocks))
+        except DeliveryError:
+            raise
         except Exception as e:  # connection errors and timeouts; the URL is a secret, so only the error's kind
             raise RetryableError(f"slack webhook: {type(e).__name__}") from None
         if response.status_code != 200:
@@ -304,7 +385,9 @@ class SlackWebhookNotifier:
 
     def post_digest(self, title: str, lines: list[str]) -> None:
         try:
-            response = self.client.send(text=f"*{title}*\n" + "\n".join(lines))
+            response = self._deadline.run(lambda: self.client.send(text=f"*{title}*\n" + "\n".join(lines)))
+        except DeliveryError:
+            raise
         except Exception as e:  # the URL is a secret: only the error's kind
             raise RetryableError(f"slack webhook: {type(e).__name__}") from None
         if response.status_code != 200:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.alerts import Notification
-from lagwatch.notify.base import PermanentError, RetryableError, http_status_error
+from lagwatch.notify.base import Deadline, PermanentError, RetryableError, call_deadline_s, http_status_error
 from lagwatch.notify.settings import WebhookConfig
 
 _FIELDS = (
@@ -79,6 +79,7 @@ class WebhookNotifier:
         self.name = name
         self.config = config
         self.hold_s = alertmanager_hold_s
+        self._deadline = Deadline(f"webhook {name}", call_deadline_s(config.timeout_s))
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
         if self.config.format == "alertmanager":
@@ -100,9 +101,13 @@ class WebhookNotifier:
         request.add_header("User-Agent", "lagwatch")
         if self.config.bearer_token is not None:
             request.add_header("Authorization", f"Bearer {self.config.bearer_token.get_secret_value()}")
-        try:
+
+        def call() -> None:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
                 response.read()
+
+        try:
+            self._deadline.run(call)
         except urllib.error.HTTPError as e:
             # 4xx (but 408 and 429) says the receiver will never take this notification; 5xx may pass.
             raise http_status_error(f"webhook {self.name}", e.code, e.headers.get("Retry-After")) from None

@@ -73,6 +73,15 @@ _ALERT_FINGERPRINT = ("state", "severity", "started_at", "fired_at", "resolved_a
 _alert_fingerprint = operator.attrgetter(*_ALERT_FINGERPRINT)  # of an Alert; load_alerts reads the same from rows
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path` (through a symlink), None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
@@ -88,6 +97,14 @@ class StateDatabase:
         # Per table: key -> what identifies the row's content as written (a string, or for alerts a tuple).
         self._written: dict[str, dict[str, Hashable]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
         self.writes = 0  # rows written or deleted, for the benchmark and the tests
+        # The file the connection writes (device, inode): a state.db deleted or replaced while lagwatch runs is
+        # noticed at the next save, and everything is written again to a new one (_heal_if_replaced).
+        self._identity: tuple[int, int] | None = None
+        self.replaced = 0  # times that happened
+        self.full_save_owed = False  # a new file has only what saves wrote since: the next save with the book all
+        # The state came from a copy older than the last run's (the last good copy): notification ids it issued
+        # since may come again, and the daemon moves the sequence past them.
+        self.restored_from_copy = False
 
     # -- opening --------------------------------------------------------------------------------------------------
 
@@ -113,6 +130,7 @@ class StateDatabase:
                         os.replace(orphan, orphan.with_name(f"{orphan.name}.set-aside-{int(time.time())}"))
                 if last_good:
                     self._db = self._connect_last_good(quiet=True)
+                    self._identity = _identity(self.path)
                     return self
         try:
             self._db = self._connect(self.path)
@@ -122,6 +140,7 @@ class StateDatabase:
         except (sqlite3.DatabaseError, _NewerSchemaError) as e:
             self._set_aside_file(e)
             self._db = self._connect_last_good()
+        self._identity = _identity(self.path)
         return self
 
     def _connect(self, path: Path) -> sqlite3.Connection:
@@ -216,6 +235,7 @@ class StateDatabase:
                 ):
                     source.backup(target)
                 db = self._connect(self.path)
+                self.restored_from_copy = True
                 if not quiet:
                     log.warning("state restored from the last good copy", extra={"file": str(last_good)})
                 return db
@@ -337,12 +357,47 @@ class StateDatabase:
         Whole under the outbox's lock, then the database's (always in that order): two saves racing must not let
         an older picture of the outbox overwrite a newer one."""
         with outbox.changed, self._lock:
-            return self._save(book, outbox)
+            self._heal_if_replaced()
+            written = self._save(book, outbox)
+            if book is not None:
+                self.full_save_owed = False
+            return written
+
+    def _heal_if_replaced(self) -> None:
+        """state.db deleted (a clean-up, a hand) or replaced while lagwatch runs: SQLite went on writing a file no
+        longer there, /readyz said nothing, and a crash then announced every incident again from the last good
+        copy. A new database takes its place, and this save and the next with the book write everything again."""
+        if self._db is None or self.read_only or self._identity is None:
+            return
+        now = _identity(self.path)
+        if now == self._identity:
+            return
+        self.replaced += 1
+        log.error(
+            "state database deleted or replaced while lagwatch runs: writing the whole state to a new one",
+            extra={"file": str(self.path)},
+        )
+        self._db.close()
+        self._db = None
+        if now is not None:  # something else in its place: set aside, never overwritten
+            aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.replace(Path(f"{self.path}{suffix}"), Path(f"{aside}{suffix}"))
+        self._db = self._connect(self.path)
+        self._identity = _identity(self.path)
+        self._written = {t: {} for t in self._written}
+        self.full_save_owed = True
 
     def _save(self, book: AlertBook | None, outbox: Any) -> int:
         wanted: dict[str, dict[str, Hashable]] = {}
         alert_bodies: dict[str, Any] = {}
-        if book is not None:
+        if book is None and self.full_save_owed:  # a new file: the whole outbox now, the book at its next save
+            wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
+            deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
+            wanted["outbox"] = {key: _fingerprint(d) for key, d in deliveries.items()}
+            changed: dict[str, dict[str, str | None]] = {}
+        elif book is not None:
             # An alert's figures (summary, lag) change every poll and come back with the next one: its row is
             # rewritten only when its state does.
             alert_bodies = {a.key: a for a in book.alerts.values()}
@@ -357,7 +412,7 @@ class StateDatabase:
             wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
             deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
             wanted["outbox"] = {key: _fingerprint(d) for key, d in deliveries.items()}
-            changed: dict[str, dict[str, str | None]] = {}
+            changed = {}
         else:  # after a delivery: only the rows the outbox says changed
             deliveries = {k: d for k, d in outbox.unsaved_deliveries.items() if d is not None}
             changed = {
