@@ -121,8 +121,8 @@ class SlackNotifier:
                 return self._deadline.run(lambda: getattr(self.client, method)(**args))
         except SlackApiError as e:
             code = e.response.get("error")
-            if lookup and code in CANNOT_LOOK_ERRORS:
-                self._cannot_look(f"{method}: {code}")
+            if lookup and (code in CANNOT_LOOK_ERRORS or code in PERMANENT_SLACK_ERRORS):
+                self._cannot_look(f"{method}: {code}")  # a lookup refused is never the delivery's refusal
                 return None
             raise _api_error(method, e) from None
         except DeliveryError:
