@@ -1200,3 +1200,33 @@ def test_a_lower_bound_never_resolves_an_alert_whose_firing_level_is_on_records(
         p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
     assert _lag_notifications(p) == [("firing", "warning"), ("update", "critical"), ("update", "warning")]
     assert p.firing()["lag"] == "warning"
+
+
+def _checkpoint_committer_polls(p: Pipeline, start: int, end: int, stop_at: float | None = None) -> None:
+    """An assign() group (no members: a Flink or Spark job) keeping up with 20 records/s that commits at each
+    checkpoint, every 3 minutes, up to the log end; polled every 10 s; from `stop_at` on it commits nothing."""
+    for i in range(start, end):
+        t = i * 10.0
+        checkpoint = t if stop_at is None else min(t, stop_at)
+        committed = int(20 * (checkpoint - checkpoint % 180))
+        p.step(
+            snapshot(
+                t, [group("flink", committed={TP: committed}, kind=GroupKind.SIMPLE, members=0)], {TP: int(20 * t)}
+            )
+        )
+
+
+def test_a_committer_on_its_own_checkpoint_cadence_is_not_stopped_and_its_real_stop_still_pages() -> None:
+    """Under the 2-minute default `stopped` window, a healthy assign() job committing every 3 minutes paged
+    `stopped` critical at every checkpoint and resolved at the next commit (seen on a real broker: 6 incidents in 8
+    minutes). It is stopped once it has gone twice its learnt cadence without a commit (twice the window in its
+    first hour), as `stalled` waits for a sink; a real stop still pages, and is one incident."""
+    p = Pipeline({"lag": {"enabled": False}})  # the default rules: stopped 2 minutes, stalled 5
+    _checkpoint_committer_polls(p, 0, 720)  # two hours
+    assert p.sent == []
+    progress = p.history.groups["flink"].partitions[TP]
+    assert progress.commit_cadence is not None and 170 <= progress.commit_cadence <= 180
+    _checkpoint_committer_polls(p, 720, 900, stop_at=7200.0)
+    fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
+    assert len(fired) == 1 and all(n.kind != "resolved" for n in p.sent)
+    assert 7200 + 2 * 170 <= fired[0] <= 7200 + 2 * 180 + 20, fired

@@ -291,7 +291,16 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
             return
         if not _no_progress_while_lag_grows(ctx, window):
             return
-        why = f"no commit for {duration(window)} while lag grew"
+        quiet = _since_last_commit(ctx)
+        wait = _stop_wait(ctx, window)
+        if quiet is not None and quiet < wait:
+            # A committer on its own cadence (a Flink or Spark job committing at each checkpoint, every 3
+            # minutes under a 2-minute window) fired and resolved at every cycle: it is stopped only once it has
+            # gone twice its learnt cadence without a commit, as `stalled` waits for a sink.
+            if ctx.active_severity("stopped") is not None:
+                ctx.hold("stopped")  # a cadence learnt meanwhile lengthens the wait: it does not end the incident
+            return
+        why = f"no commit for {duration(window if quiet is None else quiet)} while lag grew"
     elif ctx.group.state == "Empty" and ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER):
         clock = ctx.history.empty_clock(ctx.group.group_id)
         since = clock.since if clock else ctx.now
@@ -320,6 +329,29 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         for_s=rules.stopped.for_s,
         runbook_url=rules.stopped.runbook_url,
     )
+
+
+def _since_last_commit(ctx: GroupContext) -> float | None:
+    """Seconds since any of the group's committed offsets last moved (None: never seen to move)."""
+    assert ctx.track is not None
+    changes = [p.last_commit_change.since for p in ctx.track.partitions.values() if p.last_commit_change is not None]
+    return ctx.now - max(changes) if changes else None
+
+
+def _stop_wait(ctx: GroupContext, window: float) -> float:
+    """How long a group without members may go without a commit, its lag growing, before it is `stopped`: the
+    rule's window, or twice the commit cadence its partitions learnt (stall_threshold, with `stalled`'s own window,
+    under which the history learns them) where that is longer; twice the window in its first hour."""
+    assert ctx.track is not None
+    stalled = ctx.rules()[0].stalled
+    if not stalled.learn_commit_interval:
+        return window
+    cadences = [
+        c
+        for p in ctx.track.partitions.values()
+        if (c := trusted_cadence(p.cadence_at(ctx.now), stalled.window_s)) is not None
+    ]
+    return stall_threshold(window, max(cadences, default=None), ctx.track.first_seen, ctx.now)
 
 
 def _stopped_not_over(ctx: GroupContext, window: float) -> bool:
