@@ -161,3 +161,64 @@ def test_a_checkpoint_consumer_outside_the_groups_filter_keeps_its_history(tmp_p
     again = _daemon(tmp_path, {"c": cfg}, Recorder())
     assert set(again.clusters["c"].history.groups) == {"stuck", "two-topics"}
     again.stop()
+
+
+class HungConsumer:
+    """A group whose member stays but commits nothing while records keep coming: `stalled`. Polled at the
+    cluster's own interval (the daemon's clock as its snapshots date it)."""
+
+    start = time.time() - 7200
+
+    def __init__(self, name: str, config: ClusterConfig) -> None:
+        self.name, self.config = name, config
+        self.t = HungConsumer.start
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += self.config.poll_interval_s
+        HungConsumer.start = self.t  # the next run goes on from here
+        end = int(10 * (self.t - HungConsumer.origin))
+        return dataclasses.replace(
+            snapshot(self.t, [group("hung", committed={TP: 100})], {TP: 100 + end}), cluster=self.name
+        )
+
+    def close(self) -> None:
+        pass
+
+    origin = start
+
+
+def test_a_restart_at_a_longer_poll_interval_does_not_resolve_a_firing_stall(tmp_path: Path) -> None:
+    """Restarted with a poll interval three times as long, the rings were cut to the polls the new interval needs:
+    the newest few, 5 s apart, no longer reaching back a window. `stalled` skipped the partition, its critical
+    resolved, and it paged again a window later (seen on a real broker, 5 s -> 15 s). It is held until the polls
+    cover the window again."""
+    settings = load_settings(
+        state_dir=tmp_path,
+        http={"enabled": False},
+        # Every window 90 s or less: the rings keep 2 minutes of polls (26 at 5 s, 10 at 15 s).
+        rules={
+            "stalled": {"window_s": 60},
+            "stopped": {"window_s": 45},
+            "falling_behind": {"window_s": 90},
+            "no_commit": {"window_s": 60},
+            "rate_window_s": 60,
+            "lag": {"enabled": False},
+        },
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+    )
+    recorder = Recorder()
+    for interval, polls in ((5.0, 40), (15.0, 20)):
+        cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
+        daemon = Daemon(
+            settings,
+            clusters={"c": cluster},
+            notifiers={"record": recorder},
+            poller_factory=HungConsumer,
+            reader_factory=None,
+        )
+        try:
+            daemon.dispatcher.start()
+            _run(daemon, "c", polls)
+        finally:
+            daemon.stop()
+    assert recorder.kinds("hung") == [("firing", ("stalled",))]

@@ -132,6 +132,10 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
             continue
         samples = history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
+            # The polls kept do not reach back a window (its first polls, or after a restart at a longer poll
+            # interval, its rings cut to fewer polls): it cannot tell, and a firing stall stays (it resolved, and
+            # paged again a window later).
+            ctx.hold("stalled", tp.topic)
             continue
         # A poll without the partition's commit (a partition-level OffsetFetch error) says nothing of it: the others
         # judge (one such poll resolved a firing stall and paged it again; one every 4 minutes hid a hang).
@@ -289,7 +293,11 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stopped")
             return
-        if not _no_progress_while_lag_grows(ctx, window):
+        stopped_now = _no_progress_while_lag_grows(ctx, window)
+        if stopped_now is None:  # the polls kept do not reach back a window: a firing `stopped` stays as it is
+            ctx.hold("stopped")
+            return
+        if not stopped_now:
             return
         quiet = _since_last_commit(ctx)
         wait = _stop_wait(ctx, window)
@@ -434,12 +442,16 @@ def _group_series(windows: list[list[Sample]]) -> list[tuple[float, int, int]] |
     return [(t, lag[t], committed[t]) for t in times]
 
 
-def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool:
+def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool | None:
+    """Whether no committed offset moved over the window while the group's lag grew; None when it cannot tell
+    (a partition's polls kept do not reach back a window)."""
     fast = _no_progress_while_lag_grows_aligned(ctx, window)
     if fast is not None:
         return fast
     windows = _windows(ctx, ctx.now - window)  # built once: the check below and the series read the same ones
-    if windows is None or any(len({s.committed for s in samples}) > 1 for samples in windows):
+    if windows is None:
+        return None
+    if any(len({s.committed for s in samples}) > 1 for samples in windows):
         return False
     series = _group_series(windows)
     return series is not None and series[-1][1] > series[0][1]
