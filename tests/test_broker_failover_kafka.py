@@ -185,3 +185,46 @@ def test_a_broker_that_cannot_list_its_groups_does_not_hide_the_others(
 def _leaders_of(admin: KafkaAdminClient, topic: str) -> bool:
     (found,) = admin.describe_topics([topic])
     return bool(found.get("partitions")) and all(p["leader_id"] >= 1 for p in found["partitions"])
+
+
+def test_a_broker_restarted_with_another_retention_is_read_again_at_once(
+    cluster: tuple[LocalBroker, JoiningBroker],
+) -> None:
+    """offsets.retention.minutes changes only with a restart, and was read again only hourly: lowered, every expiry
+    was missed (offsets deleted sooner looked deleted by hand, which pages nothing); raised, a false critical stayed
+    up to an hour. A broker connected to anew (restarted, in a rolling restart that fails no poll) is read again."""
+    from lagwatch.collect import ClusterPoller
+
+    first, second = cluster
+    if not second.running:
+        second.start()
+    admin = KafkaAdminClient(bootstrap_servers=first.bootstrap)
+    try:  # a group to watch: its partitions' Metadata request tells the brokers of the cluster at every poll
+        admin.create_topics([NewTopic("retained", 1, 1)])
+        wait_for(lambda: _leaders_of(admin, "retained"), what="a leader of the topic")
+        offsets = {TopicPartition("retained", 0): OffsetAndMetadata(0, "", -1)}
+        wait_for(lambda: _committed(admin, "retained-g", offsets), what="the group's commit")
+    finally:
+        admin.close()
+    config = ClusterConfig(
+        bootstrap_servers=[first.bootstrap, second.bootstrap],
+        request_timeout_s=5,
+        exact_clocks=False,
+        groups=NameFilter(include=["retained-g"]),
+    )
+    poller = ClusterPoller("c", config)
+    try:
+
+        def retention(broker: int) -> int | None:
+            snapshot = poller.poll()
+            return next((b.offsets_retention_minutes for b in snapshot.brokers if b.broker_id == broker), None)
+
+        wait_for(lambda: retention(2) == 10080, what="broker 2's retention, read at the first poll")
+        before = poller.poll().requests.get("DescribeConfigs", 0)
+        assert before == 0  # not read again while nothing changed
+        second.pause()  # a controlled stop, its data kept
+        second.settings["offsets.retention.minutes"] = "45"
+        second.start()
+        wait_for(lambda: retention(2) == 45, timeout=60, what="broker 2's new retention, read once it is back")
+    finally:
+        poller.close()

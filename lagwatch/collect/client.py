@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections import Counter
 from typing import Any
 
 import kafka.errors as Errors
@@ -93,15 +94,23 @@ class _LoginFailures:
         manager = client._manager
         get_connection = manager.get_connection
 
+        # Connections made to each broker (node id -> count): a new one means the broker was restarted (or the
+        # connection dropped), and the poller reads that broker's settings again (Wire.connections).
+        connections: Counter[int] = Counter()
+
         def watched_get_connection(*args: Any, **kwargs: Any) -> Any:
             conn = get_connection(*args, **kwargs)
             if not getattr(conn, "_lagwatch_watched", False):
                 conn._lagwatch_watched = True
                 conn.init_future.add_errback(self._note)
                 self._watch_login(conn)
+                node_id = getattr(conn, "node_id", None)
+                if isinstance(node_id, int):
+                    connections[node_id] += 1
             return conn
 
         manager.get_connection = watched_get_connection
+        manager.lagwatch_connections = connections
         self.clients.append(client)
         return client
 

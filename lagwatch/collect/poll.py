@@ -76,6 +76,12 @@ class ClusterPoller:
         self._previous_topics: set[str] = set()
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
+        # Read again after a poll that failed (the cluster may have been restarted with other settings) and when a
+        # broker was connected to anew since the last read (restarted, in a rolling restart that fails no poll):
+        # offsets.retention.minutes changes only with a restart, and read hourly, a lowered one missed every
+        # expiry (offsets deleted sooner looked deleted by hand) and a raised one paged critical for an hour.
+        self._brokers_stale = False
+        self._brokers_connections: dict[int, int] = {}
         # Short tails looked at: partition -> (log end, from offset, where its control records begin or None).
         # A log's records never change below its end: the answer stands until the log end moves.
         self._tails: dict[TopicPartition, tuple[int, int, int | None]] = {}
@@ -91,6 +97,7 @@ class ClusterPoller:
         }
 
     def close(self) -> None:
+        self._brokers_connections = {}  # a new client counts its connections from none
         if self._admin is not None:
             admin, self._admin = self._admin, None
             with contextlib.suppress(Exception):  # closing a broken connection must not mask the real error
@@ -122,6 +129,7 @@ class ClusterPoller:
                 missing_topics=missing,
             )
         except Exception as e:
+            self._brokers_stale = True
             error = translate(self.name, e)
             if error.kind in ("unreachable", "auth_failed"):
                 self.close()  # start from a fresh connection and fresh metadata next time
@@ -352,13 +360,19 @@ class ClusterPoller:
         return partitions, asked, missing
 
     def _broker_settings(self, wire: Wire, now: float) -> tuple[BrokerSettings, ...]:
-        """offsets.retention.* from every broker; read rarely, and a failure keeps the last known values."""
-        if now - self._brokers_read_at < self.config.broker_settings_refresh_s and self._brokers:
+        """offsets.retention.* from every broker: read at `broker_settings_refresh_s`, after a failed poll, and when
+        a broker was connected to anew since (it may have been restarted with others); a failure keeps the last
+        known values."""
+        connections = wire.connections()
+        reconnected = any(n > self._brokers_connections.get(b, 0) for b, n in connections.items())
+        due = now - self._brokers_read_at >= self.config.broker_settings_refresh_s
+        if self._brokers and not (due or self._brokers_stale or reconnected):
             return self._brokers
         try:
             configs = wire.broker_configs(wire.broker_ids(), [_RETENTION, _CHECK_INTERVAL])
         except Exception:
             return self._brokers
+        self._brokers_stale, self._brokers_connections = False, wire.connections()  # after: it may connect
         self._brokers = tuple(
             BrokerSettings(
                 broker_id=b,

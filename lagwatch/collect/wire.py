@@ -7,6 +7,7 @@ once, every error kept beside the group or partition it belongs to. Every reques
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -90,6 +91,8 @@ class Wire:
             try:
                 futures.append(self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
             except Exception as e:  # a node the client does not know (UnknownBrokerIdError): that request's answer
+                if isinstance(e, Errors.UnknownBrokerIdError):
+                    self._manager.cluster.request_update()  # a broker new to its metadata: learnt by the next poll
                 futures.append(e)
         results: list[Any] = []
         for future in futures:
@@ -101,6 +104,10 @@ class Wire:
             except Exception as e:  # one broker's failure stays with its own request
                 results.append(e)
         return results
+
+    def connections(self) -> dict[int, int]:
+        """How many connections the client has made to each broker (lagwatch.collect.client counts them)."""
+        return dict(getattr(self._manager, "lagwatch_connections", {}))
 
     def broker_ids(self) -> list[int]:
         return sorted(b.node_id for b in self._manager.cluster.brokers())
@@ -213,6 +220,13 @@ class Wire:
         (response,) = await self._send_all([(None, request)])
         if isinstance(response, BaseException):
             raise response
+        if {b.node_id for b in response.brokers} != {b.node_id for b in self._manager.cluster.brokers()}:
+            # A broker joined or came back (or left): the client's own metadata, which says where ListGroups and
+            # the coordinators' requests go, would learn it only at its next refresh, up to 5 minutes on (a
+            # broker restarted was asked nothing meanwhile: its new groups unseen, its coordinators unknown).
+            with contextlib.suppress(Exception):  # one more Metadata request, only then; a failure changes nothing
+                self.sent["Metadata"] += 1
+                await self._manager.cluster.refresh_metadata()
         leaders: dict[TopicPartition, int] = {}
         topic_errors: dict[str, str] = {}
         for t in response.topics:
