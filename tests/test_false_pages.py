@@ -1230,3 +1230,18 @@ def test_a_committer_on_its_own_checkpoint_cadence_is_not_stopped_and_its_real_s
     fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
     assert len(fired) == 1 and all(n.kind != "resolved" for n in p.sent)
     assert 7200 + 2 * 170 <= fired[0] <= 7200 + 2 * 180 + 20, fired
+
+
+def test_a_topic_made_again_between_two_polls_is_no_rewind_and_a_real_rewind_still_pages() -> None:
+    """The topic deleted and made again between two polls: the group's committed offsets are the new log's, lower
+    than before, and `rewind` paged "records will be consumed again" (seen on a real broker, at every try). The
+    log end went back too: that is no consumer going back. A consumer reset to earlier offsets still pages."""
+    p = pipeline(rewind={"window_s": 60})
+    other = TopicPartition("other", 0)
+    for i, t in enumerate(times(0, 100)):
+        made_again = i >= 10  # the topic's new log: 30 records, the group caught up on it
+        ends = {TP: 30 if made_again else 500, other: 500}
+        committed = {TP: 20 if made_again else 480, other: 100 if i >= 12 else 480}  # `other`: reset by hand
+        p.step(snapshot(t, [group("g", committed=committed, subscribed=("orders", "other"))], ends))
+    rewinds = [a for n in p.sent for a in n.alerts if a["rule"] == "rewind" and a["state"] == "firing"]
+    assert {a["labels"]["topic"] for a in rewinds} == {"other"}

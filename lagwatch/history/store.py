@@ -632,7 +632,7 @@ class ClusterHistory:
                     elif progress.short_since is None:
                         progress.short_since = now
                     progress.last_commit_change = Clock(now, observed=True)
-                    if offset < previous:
+                    if offset < previous and not self._log_went_back(tp, ring.first + len(ring.values) - 1, poll):
                         track.rewinds[tp] = (now, previous, offset)
                     if (
                         was_empty
@@ -654,6 +654,19 @@ class ClusterHistory:
             )
             for tp in gone_offsets:  # none is assigned (`dropped` leaves those out)
                 del track.partitions[tp]
+
+    def _log_went_back(self, tp: TopicPartition, since_poll: int, poll: int) -> bool:
+        """Whether `tp`'s log end is lower at `poll` than at `since_poll`: the topic deleted and made again (or its
+        log cut by an unclean election). A committed offset lower then is the new log's, not a consumer going
+        back: a topic re-created between two polls paged `rewind` ("records will be consumed again": none would)."""
+        ends = self.log_ends.get(tp)
+        if ends is None:
+            return False
+        values, first = ends.values, ends.first
+        if not first <= since_poll < poll < first + len(values):
+            return False
+        before, now = values[since_poll - first], values[poll - first]
+        return before > NO_VALUE and now > NO_VALUE and now < before
 
     def _commit_wait(
         self,
