@@ -149,6 +149,7 @@ class _FindingFields(NamedTuple):
     # alert_key(rule, labels), built once (the alert book reads it several times). Given only by GroupContext,
     # which builds each topic's labels and key suffix once for all its rules; anyone else leaves it out.
     key: str = ""
+    keep_firing_for_s: float = 0.0  # the rule's keep_firing_for_s: how long the alert stays firing once not found
 
 
 class Finding(_FindingFields):
@@ -172,9 +173,10 @@ class Finding(_FindingFields):
         for_s: float = 0.0,
         runbook_url: str | None = None,
         key: str = "",
+        keep_firing_for_s: float = 0.0,
     ) -> Finding:
         fields = (rule, severity, cluster, group, labels, summary, details, for_s, runbook_url)
-        return tuple.__new__(cls, (*fields, key or alert_key(rule, labels)))
+        return tuple.__new__(cls, (*fields, key or alert_key(rule, labels), keep_firing_for_s))
 
 
 def alert_key(rule: str, labels: Mapping[str, str]) -> str:

@@ -7,6 +7,7 @@ Polls every 5 s, with millisecond jitter as real polls have. Rules tightened so 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import random
 
@@ -1245,3 +1246,24 @@ def test_a_topic_made_again_between_two_polls_is_no_rewind_and_a_real_rewind_sti
         p.step(snapshot(t, [group("g", committed=committed, subscribed=("orders", "other"))], ends))
     rewinds = [a for n in p.sent for a in n.alerts if a["rule"] == "rewind" and a["state"] == "firing"]
     assert {a["labels"]["topic"] for a in rewinds} == {"other"}
+
+
+def test_a_slow_consumer_under_retention_is_one_below_log_start_incident_not_one_per_deletion() -> None:
+    """A slow consumer on a topic whose retention deletes a segment every few minutes: it falls below the log start,
+    is reset to it (auto.offset.reset=earliest), and falls below it again at the next deletion. Each reset resolved
+    the critical and the next deletion paged a new one (4 incidents in 4 minutes on a real broker). It stays firing
+    while records keep being lost (keep_firing_for_s, 15 minutes by default), and resolves once they are not."""
+    p = pipeline(lag={"enabled": False})
+    states = []
+    for t in times(0, 2400, seed=3):
+        deleting = t < 1200  # a deletion every 2 minutes for 20 minutes, the consumer reset to the start 30 s later
+        start = 1000 + 1000 * int(t // 120) if deleting else 11_000
+        behind = deleting and t % 120 < 30
+        committed = start - 200 if behind else start + int(t % 120)
+        p.step(snapshot(t, [group("slow", committed={TP: committed})], {TP: 20_000}, starts={TP: start}))
+        alert = next((a for a in p.book.alerts.values() if a.rule == "below_log_start"), None)
+        states.append((t, alert.state if alert else None))
+    fired = [t for (_, before), (t, now) in itertools.pairwise(states) if now == "firing" and before != "firing"]
+    resolved = [t for (_, before), (t, now) in itertools.pairwise(states) if now != "firing" and before == "firing"]
+    assert len(fired) == 1 and len(resolved) == 1, (fired, resolved)
+    assert resolved[0] >= 1080 + 30 + 900 - 5  # fifteen minutes after the last poll that found it below

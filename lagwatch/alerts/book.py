@@ -70,6 +70,9 @@ class Alert:
     updated_at: float
     fired_at: float | None = None
     resolved_at: float | None = None
+    # Its rule's keep_firing_for_s: once firing, it resolves only after its condition was not found for this long
+    # (`updated_at` is when it was last found).
+    keep_firing_for_s: float = 0.0
 
     def matches(self, matchers: Iterable[tuple[str, str]]) -> bool:
         """Every (label, regex) full-matches the label's value; `rule` and `severity` count as labels, over any
@@ -237,6 +240,7 @@ class AlertBook:
                     state="pending",
                     started_at=now,
                     updated_at=now,
+                    keep_firing_for_s=f.keep_firing_for_s,
                 )
                 self.alerts[key] = alert
             else:
@@ -244,6 +248,7 @@ class AlertBook:
                 if alert.labels != f.labels:  # nearly always the same: no new dict per alert at every poll
                     alert.labels = dict(f.labels)
                 alert.for_s, alert.runbook_url, alert.updated_at = f.for_s, f.runbook_url, now
+                alert.keep_firing_for_s = f.keep_firing_for_s
             if alert.state == "pending" and for_elapsed(alert.started_at, alert.for_s, now):
                 alert.state, alert.fired_at = "firing", now
         for key, alert in list(self.alerts.items()):
@@ -268,6 +273,8 @@ class AlertBook:
                 continue
             if alert.state == "pending":
                 self._drop_pending(alert, now)
+            elif now - alert.updated_at < alert.keep_firing_for_s:
+                continue  # its condition comes and goes: one incident (Prometheus's keep_firing_for)
             else:
                 alert.state, alert.resolved_at, alert.updated_at = "resolved", now, now
 

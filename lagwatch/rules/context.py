@@ -89,6 +89,9 @@ class GroupContext:
         runbook_url: str | None = None,
     ) -> Finding:
         labels, key_suffix = self._labels_and_key(topic)
+        # Every rule's own keep_firing_for_s, as resolved for this topic (overrides may set it on any rule).
+        config = getattr(self.rules(topic)[0], rule, None)
+        keep_firing_for_s = getattr(config, "keep_firing_for_s", 0.0)
         return Finding(
             rule=rule,
             severity=severity,
@@ -100,4 +103,5 @@ class GroupContext:
             for_s=for_s,
             runbook_url=runbook_url,
             key=rule + key_suffix,
+            keep_firing_for_s=keep_firing_for_s,
         )

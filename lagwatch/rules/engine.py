@@ -173,6 +173,16 @@ def _poll_problem(
     labels, key_suffix = resolver.labels(cluster, group, None)
     return [
         Finding(
-            rule, cfg.severity, cluster, group, labels, summary, details, cfg.for_s, cfg.runbook_url, rule + key_suffix
+            rule,
+            cfg.severity,
+            cluster,
+            group,
+            labels,
+            summary,
+            details,
+            cfg.for_s,
+            cfg.runbook_url,
+            rule + key_suffix,
+            cfg.keep_firing_for_s,
         )
     ]

@@ -282,4 +282,5 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
             },
             for_s=rules.expired.for_s,
             runbook_url=rules.expired.runbook_url,
+            keep_firing_for_s=rules.expired.keep_firing_for_s,
         )

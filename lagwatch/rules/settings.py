@@ -28,6 +28,12 @@ class Threshold(_Strict):
 class RuleCommon(_Strict):
     enabled: bool = True
     for_s: float = Field(default=0.0, ge=0, description="the condition must hold this long before the alert fires")
+    keep_firing_for_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="a firing alert stays firing this long after its condition was last found (Prometheus's "
+        "keep_firing_for): a condition that comes and goes is one incident, not a page at each return",
+    )
     runbook_url: str | None = None
 
 
@@ -118,7 +124,9 @@ class RuleSet(_Strict):
     rewind: RewindRule = RewindRule()
     expiry: ExpiryRule = ExpiryRule()
     expired: SimpleRule = SimpleRule()
-    below_log_start: SimpleRule = SimpleRule()
+    # A slow consumer under retention falls below the log start, resets to it (auto.offset.reset), and falls below
+    # again at the next deletion: one incident while records keep being lost (it paged at each deletion).
+    below_log_start: SimpleRule = SimpleRule(keep_firing_for_s=900)
     cluster_unreachable: ClusterRule = ClusterRule()
     group_unreadable: ClusterRule = ClusterRule(severity="warning", for_s=300)
     # Rates and ETA are measured over this window.
