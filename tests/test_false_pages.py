@@ -1267,3 +1267,26 @@ def test_a_slow_consumer_under_retention_is_one_below_log_start_incident_not_one
     resolved = [t for (_, before), (t, now) in itertools.pairwise(states) if now != "firing" and before == "firing"]
     assert len(fired) == 1 and len(resolved) == 1, (fired, resolved)
     assert resolved[0] >= 1080 + 30 + 900 - 5  # fifteen minutes after the last poll that found it below
+
+
+def test_a_consumer_back_from_a_hang_is_not_falling_behind() -> None:
+    """A member hung for most of the window, then committed again, still behind: the window's rate said "consumes
+    0.2/s while 19.8/s arrive", `falling_behind` fired, and resolved a poll later as the consumer caught up (seen on
+    a real broker around a stuck rebalance). It needs commits in each half of the window: a hang is `stalled`'s."""
+    p = pipeline(stalled={"enabled": False}, lag={"enabled": False})
+    for t in times(0, 260, seed=5):
+        end = int(20 * t)
+        if t < 100:
+            committed = end  # keeping up
+        elif t < 158:
+            committed = 2000  # hung: 20 records/s pile up
+        elif t < 170:
+            committed = 2000 + int(10 * (t - 158))  # back: its first batches, slower than records arrive
+        else:
+            committed = min(end, 2120 + int(60 * (t - 170)))  # then catching up, 40 records/s faster
+        p.step(snapshot(t, [group("g", committed={TP: committed})], {TP: end}))
+    assert not [n for n in p.sent if any(a["rule"] == "falling_behind" for a in n.alerts)]
+    slow = pipeline(stalled={"enabled": False}, lag={"enabled": False})
+    for t in times(0, 200, seed=6):  # a consumer that stays, at half the production rate: still paged
+        slow.step(snapshot(t, [group("g", committed={TP: int(10 * t)})], {TP: int(20 * t)}))
+    assert [n.kind for n in slow.sent if any(a["rule"] == "falling_behind" for a in n.alerts)][:1] == ["firing"]

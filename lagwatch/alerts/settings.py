@@ -44,8 +44,12 @@ class InhibitRule(_Strict):
 
 
 def _default_inhibitions() -> list[InhibitRule]:
-    # A consumer that stopped is one incident: its lag grows and its commits stall as a consequence.
-    return [InhibitRule(source={"rule": "stopped"}, target={"rule": "falling_behind|stalled"})]
+    # A consumer that stopped is one incident: its lag grows and its commits stall as a consequence. One that hung
+    # (stalled) falls behind as a consequence too.
+    return [
+        InhibitRule(source={"rule": "stopped"}, target={"rule": "falling_behind|stalled"}),
+        InhibitRule(source={"rule": "stalled"}, target={"rule": "falling_behind"}),
+    ]
 
 
 class AlertsConfig(_Strict):

@@ -473,8 +473,8 @@ def _no_progress_while_lag_grows_aligned(ctx: GroupContext, window: float) -> bo
 
 def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     """Consuming, but slower than producing: lag grew through the whole window (in its first half and in its
-    second, never dropping), and the group was still consuming in its second half. A group with nobody consuming
-    is `stopped`'s story, not this one's."""
+    second, never dropping), and the group committed throughout (no pause of half the window). A group with nobody
+    consuming is `stopped`'s story, one that hung `stalled`'s, not this one's."""
     rules, _ = ctx.rules()
     if not rules.falling_behind.enabled or ctx.track is None:
         return
@@ -505,7 +505,9 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         return
     middle = max((row for row in series if row[0] <= ctx.now - window / 2), key=lambda row: row[0])
     (_, first_lag, _), (_, mid_lag, mid_committed), (_, last_lag, last_committed) = series[0], middle, series[-1]
-    if not first_lag < mid_lag < last_lag or last_committed <= mid_committed:
+    if not first_lag < mid_lag < last_lag or last_committed <= mid_committed or _longest_pause(series) >= window / 2:
+        # Steadily, too: a consumer that hung for most of the window and committed again just now averaged
+        # "0.2/s while 19.8/s arrive", fired, and resolved a poll later as it caught up (a hang is `stalled`'s).
         return
     yield ctx.finding(
         "falling_behind",
@@ -521,6 +523,15 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         for_s=rules.falling_behind.for_s,
         runbook_url=rules.falling_behind.runbook_url,
     )
+
+
+def _longest_pause(series: list[tuple[float, int, int]]) -> float:
+    """The longest stretch of a (time, lag, committed) series without a move of the committed offsets."""
+    longest, since, before = 0.0, series[0][0], series[0][2]
+    for t, _, committed in series[1:]:
+        if committed != before:
+            longest, since, before = max(longest, t - since), t, committed
+    return max(longest, series[-1][0] - since)
 
 
 def rewind(ctx: GroupContext) -> Iterator[Finding]:
