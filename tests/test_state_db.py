@@ -496,3 +496,30 @@ def test_notification_ids_are_never_issued_twice_after_a_restore_from_the_last_g
         assert daemon.store.db.restored_from_copy and daemon.book.sequence > 10**9
     finally:
         daemon.stop()
+
+
+def test_the_whole_state_directory_deleted_while_running_is_made_again(tmp_path: Path) -> None:
+    """`rm -rf state_dir` while lagwatch runs: the new database could not be made in a directory that was gone, the
+    connection was left closed, and every poll failed with 'state database is closed' behind a green /healthz. The
+    directory is made again, and the whole state written to it; while it cannot be (a file in its place), a save
+    fails as a full disk does (OSError: counted, alerting from memory), and the next one tries again."""
+    import shutil
+
+    state = tmp_path / "state"
+    store = StateStore(state).open()
+    book, outbox = book_with(2), Outbox()
+    store.save_alerts(book, outbox)
+    shutil.rmtree(state)
+    state.write_text("in the way")  # the directory cannot be made yet
+    with pytest.raises(OSError):
+        store.save_alerts(book, outbox)
+    with pytest.raises(OSError):
+        store.save_alerts(None, outbox)  # a delivery's save: the same, never 'closed'
+    state.unlink()
+    store.save_alerts(book, outbox)  # made again, everything written
+    store.db._db.close()  # type: ignore[union-attr]  # a crash
+    store.db._db = None
+    store.close()
+    again = StateStore(state).open()
+    assert len(again.read_alerts()["book"]["alerts"]) == 2
+    again.close()

@@ -102,6 +102,7 @@ class StateDatabase:
         self._identity: tuple[int, int] | None = None
         self.replaced = 0  # times that happened
         self.full_save_owed = False  # a new file has only what saves wrote since: the next save with the book all
+        self._reopen_owed = False  # the file went, and a new one could not be made yet: every write tries again
         # The state came from a copy older than the last run's (the last good copy): notification ids it issued
         # since may come again, and the daemon moves the sequence past them.
         self.restored_from_copy = False
@@ -195,6 +196,8 @@ class StateDatabase:
     def _writable(self) -> sqlite3.Connection:
         """The connection, opened for writing again first if it was opened read-only. Raises sqlite3.Error while
         the disk still refuses."""
+        if self._reopen_owed:
+            self._reopen()
         if self.read_only:
             db = self._connect(self.path)
             self.db.close()
@@ -259,6 +262,8 @@ class StateDatabase:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
+            if self._reopen_owed:  # a write's failure (counted, tried again), not a stop
+                raise OSError(f"state database {self.path} is gone and not made again yet")
             raise StateClosedError("state database is closed")
         return self._db
 
@@ -364,9 +369,14 @@ class StateDatabase:
             return written
 
     def _heal_if_replaced(self) -> None:
-        """state.db deleted (a clean-up, a hand) or replaced while lagwatch runs: SQLite went on writing a file no
-        longer there, /readyz said nothing, and a crash then announced every incident again from the last good
-        copy. A new database takes its place, and this save and the next with the book write everything again."""
+        """state.db deleted (a clean-up, a hand, the whole state directory) or replaced while lagwatch runs:
+        SQLite went on writing a file no longer there, /readyz said nothing, and a crash then announced every
+        incident again from the last good copy. A new database takes its place (its directory made again if it is
+        gone), and this save and the next with the book write everything again. While it cannot be made, saves
+        fail (counted, alerting goes on from memory) and each tries again."""
+        if self._reopen_owed:
+            self._reopen()
+            return
         if self._db is None or self.read_only or self._identity is None:
             return
         now = _identity(self.path)
@@ -377,17 +387,29 @@ class StateDatabase:
             "state database deleted or replaced while lagwatch runs: writing the whole state to a new one",
             extra={"file": str(self.path)},
         )
-        self._db.close()
-        self._db = None
+        # Closed first: closing it later would remove by name the new database's write-ahead log.
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        self._db, self._reopen_owed = None, True
         if now is not None:  # something else in its place: set aside, never overwritten
             aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
             for suffix in ("", "-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.replace(Path(f"{self.path}{suffix}"), Path(f"{aside}{suffix}"))
-        self._db = self._connect(self.path)
+        self._reopen()
+
+    def _reopen(self) -> None:
+        """A new, empty database at the path, written whole by the next saves; OSError while it cannot be made."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            db = self._connect(self.path)
+        except (sqlite3.Error, OSError) as e:
+            raise OSError(f"state database {self.path} cannot be made again: {e}") from None
+        self._db, self._reopen_owed = db, False
         self._identity = _identity(self.path)
         self._written = {t: {} for t in self._written}
         self.full_save_owed = True
+        log.warning("state database made again: the whole state is written to it", extra={"file": str(self.path)})
 
     def _save(self, book: AlertBook | None, outbox: Any) -> int:
         wanted: dict[str, dict[str, Hashable]] = {}
