@@ -62,7 +62,8 @@ class RedactSecrets(logging.Filter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        forms = {form for s in secrets if len(s) >= MIN_SECRET_LENGTH for form in _written_forms(s)}
+        values = sorted(forms, key=len, reverse=True)
         self._values = re.compile("|".join(re.escape(v) for v in values)) if values else None
 
     def redact(self, text: str) -> str:
@@ -92,6 +93,16 @@ class RedactSecrets(logging.Filter):
         if record.stack_info:
             record.stack_info = self.redact(record.stack_info)
         return True
+
+
+def _written_forms(secret: str) -> set[str]:
+    """A secret as a log line may hold it: as it is, and as reprs and JSON write it. kafka-python logs the repr of
+    its config and of the SASL bytes it sends: a password with a backslash (doubled in a repr) or a non-ASCII
+    letter (escaped as UTF-8 bytes) reached the DEBUG log untouched."""
+    forms = {secret, repr(secret)[1:-1], repr(secret.encode())[2:-1], json.dumps(secret)[1:-1]}
+    forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+    forms |= {json.dumps(form)[1:-1] for form in list(forms)}  # any of them inside a JSON-encoded field
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
 
 
 def _traceback(record: logging.LogRecord) -> str | None:

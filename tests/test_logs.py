@@ -162,3 +162,35 @@ def test_known_secret_shapes_are_redacted_without_configuration() -> None:
 def test_short_values_are_not_taken_for_secrets() -> None:
     redact = logs.RedactSecrets(["ab", "long-enough"]).redact
     assert redact("about ab and long-enough") == "about ab and ***"
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_secrets_with_a_backslash_or_a_non_ascii_letter_are_redacted_as_reprs_write_them(
+    capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """kafka-python logs the repr of its configuration and of the SASL bytes it sends: a password with a backslash
+    reached the DEBUG log as 'Plain\\\\\\\\Backslash-42', one with an umlaut as b'P\\\\xc3\\\\xa4ssw...' (the raw value
+    alone was looked for)."""
+    sasl, key = "Plain\\Backslash-42", "Pässwörd-2024"
+    logs.configure("DEBUG", fmt, secrets={sasl, key})
+    options = {
+        "bootstrap_servers": [f"127.0.0.1:{_closed_port()}"],
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "lagwatch",
+        "sasl_plain_password": sasl,
+        "ssl_password": key,
+        "bootstrap_timeout_ms": 500,
+    }
+    with pytest.raises(Exception):  # noqa: B017  (whatever kafka-python raises)
+        KafkaAdminClient(**options)
+    for secret in (sasl, key):  # as kafka-python's PLAIN mechanism logs what it sends
+        logging.getLogger("kafka.sasl.plain").debug("auth_bytes=%r", b"lagwatch\x00lagwatch\x00" + secret.encode())
+        logging.getLogger("lagwatch").info("in extras", extra={"options": {"password": secret}})
+    err = capsys.readouterr().err
+    assert "Starting KafkaAdminClient with configuration" in err
+    for secret in (sasl, key):
+        written = {secret, repr(secret)[1:-1], repr(secret.encode())[2:-1], json.dumps(secret)[1:-1]}
+        written |= {json.dumps(w)[1:-1] for w in list(written)}
+        for form in written:
+            assert form not in err, form
