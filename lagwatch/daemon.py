@@ -13,7 +13,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor as Executor
 from datetime import UTC, datetime
@@ -454,6 +454,11 @@ class Daemon:
     def metrics_gzip(self, tail: bytes) -> bytes:
         """The per-poll body and `tail` as one gzip stream, without decompressing the body."""
         return self._metrics.gzip_with(tail)
+
+    def metrics_chunks(self, tail: bytes, gzip: bool) -> Iterator[bytes]:
+        """The per-poll body and `tail`, gzipped or as text, a piece at a time (a scrape's answer)."""
+        rendered = self._metrics
+        return rendered.gzip_chunks(tail) if gzip else rendered.plain_chunks(tail)
 
     def tick(self) -> None:
         """Sends notifications that came due without a poll (group_wait, group_interval, repeat_interval)."""

@@ -167,3 +167,39 @@ def test_bad_content_length_is_a_json_400_and_a_huge_announced_body_is_413_unrea
         assert healthz_latency(address) < 1.0
     finally:
         daemon.stop()
+
+
+def test_clients_that_never_read_their_answers_do_not_lock_health_out_and_are_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25 clients each pipelining 400 requests and reading nothing, over a limit of 20 connections: every one was
+    busy writing an answer, never evicted, and every /healthz was reset while they stayed (their answers' memory
+    held too). A connection whose client reads nothing counts as not served: a newcomer evicts it; and after
+    WRITE_TIMEOUT_S without progress it is closed, its buffered answer dropped."""
+    from lagwatch.serve import gzip_join, http, metrics
+
+    monkeypatch.setattr(http, "WRITE_TIMEOUT_S", 2.0, raising=False)
+    daemon = start(tmp_path, max_connections=20)
+    assert daemon.http is not None
+    # A body of 6 MB of text, as a cluster of 50,000 group-partitions renders (the daemon's own body is a few KB).
+    joiner = gzip_join.Joiner()
+    joiner.add_text(b'lagwatch_partition_lag{cluster="c",group="g",topic="t",partition="0"} 1\n' * 100_000)
+    monkeypatch.setattr(daemon, "render_metrics", lambda cluster=None: None)
+    monkeypatch.setattr(daemon, "_metrics", metrics.RenderedMetrics(joiner.join()))
+    address, connections = daemon.http.address, daemon.http.connections
+    clients = []
+    try:
+        for _ in range(25):
+            s = connect(address)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 4)
+            clients.append(s)
+        time.sleep(1.0)  # their answers pile up, unread
+        latencies = [healthz_latency(address) for _ in range(5)]
+        assert max(latencies) < 1.0, latencies
+        wait_for(lambda: connections.closed["write_timeout"] > 0, timeout=10, what="stuck answers given up")
+        assert healthz_latency(address) < 1.0
+    finally:
+        for s in clients:
+            s.close()
+        daemon.stop()

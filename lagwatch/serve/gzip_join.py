@@ -112,8 +112,12 @@ class Joined:
 
     def gzip_with(self, tail: bytes) -> bytes:
         """One gzip stream: the body, then `tail` compressed in a final block."""
+        return b"".join(self.gzip_parts(tail))
+
+    def gzip_parts(self, tail: bytes) -> tuple[bytes, bytes, bytes]:
+        """`gzip_with(tail)` in three parts, the body not copied: the gzip header, the body, the end."""
         last = compressor()
         end = last.compress(tail) + last.flush()  # Z_FINISH: the final block
         crc = crc32_combine(self.crc, zlib.crc32(tail), len(tail))
         trailer = struct.pack("<II", crc, (self.size + len(tail)) & 0xFFFFFFFF)
-        return GZIP_HEADER + self.body + end + trailer
+        return GZIP_HEADER, self.body, end + trailer

@@ -8,7 +8,11 @@ and the state files; the thread-per-connection server this replaced ran out at a
 - at most `http.max_connections` are open (and never more than half the process's open-files limit): a new one
   over the limit evicts the oldest connection that is not being served a request (an idle or a slow one), the
   way nginx reuses its keep-alive connections, so a health probe still gets in during a flood;
-- request headers are at most HEADER_MAX_BYTES, bodies at most 64 KiB (lagwatch.serve.app).
+- request headers are at most HEADER_MAX_BYTES, bodies at most 64 KiB (lagwatch.serve.app);
+- an answer the client does not read is given up after WRITE_TIMEOUT_S with no progress (its connection closed),
+  and a connection stuck so counts as not being served, so the limit evicts it: clients that asked and never read
+  held their connections and the answers' memory for good, and locked /healthz out (/metrics is also written a
+  piece at a time, so such a client holds one piece, not the body).
 uvicorn's own `limit_concurrency` counts idle connections too: set below the connection limit, it would answer
 503 to /healthz during an idle flood. It is set just above it, as a backstop; the limit itself is the eviction.
 """
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lagwatch.http")
 KEEP_ALIVE_S = 5
+WRITE_TIMEOUT_S = 30.0  # an answer whose client reads nothing of it for this long: the connection is closed
 HEADER_MAX_BYTES = 16 * 1024
 SHUTDOWN_GRACE_S = 2
 START_TIMEOUT_S = 10.0
@@ -58,7 +63,7 @@ class Connections:
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
         self.open: dict[GuardedH11Protocol, None] = {}  # insertion order: oldest first
-        self.closed = {"read_timeout": 0, "evicted": 0}
+        self.closed = {"read_timeout": 0, "evicted": 0, "write_timeout": 0}
 
     @property
     def open_count(self) -> int:
@@ -91,6 +96,7 @@ class GuardedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._read_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None  # armed while the client reads nothing
         self._requests_started = 0
         self._protocol_error: str | None = None
         parse_next = self.conn.next_event
@@ -112,7 +118,32 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.connection_guard.forget(self)
         self._disarm_read_deadline()
+        self._disarm_write_deadline()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: the client is not reading the answer. Given up if it stays so."""
+        super().pause_writing()
+        self._disarm_write_deadline()
+        self._write_deadline = self.loop.call_later(WRITE_TIMEOUT_S, self._write_deadline_passed)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._disarm_write_deadline()
+
+    def _disarm_write_deadline(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _write_deadline_passed(self) -> None:
+        self._write_deadline = None
+        if self.transport.is_closing():
+            return
+        self.connection_guard.closed["write_timeout"] += 1
+        self.connection_guard.forget(self)
+        self._disarm_read_deadline()
+        self.transport.abort()  # its buffered answer dropped at once, not flushed to a client that reads nothing
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -120,12 +151,16 @@ class GuardedH11Protocol(H11Protocol):
             self._arm_read_deadline()  # the next request on this keep-alive connection gets its own deadline
 
     def waiting_for_request(self) -> bool:
-        """No request of this connection is being served: it is idle, or its request is still arriving."""
-        return self.cycle is None or self.cycle.response_complete
+        """No request of this connection is being served: it is idle, its request is still arriving, or its client
+        reads nothing of the answer (a flood of those locked /healthz out)."""
+        return self.cycle is None or self.cycle.response_complete or self._write_deadline is not None
 
     def close_now(self) -> None:
         self._disarm_read_deadline()
-        if not self.transport.is_closing():
+        if self._write_deadline is not None:  # its client reads nothing: a close would wait for it to flush first
+            self._disarm_write_deadline()
+            self.transport.abort()
+        elif not self.transport.is_closing():
             self.transport.close()
 
     def _arm_read_deadline(self) -> None:
