@@ -70,3 +70,48 @@ def test_kafka_3_9_broker_older_protocols() -> None:
         assert {tp: c.offset for tp, c in g.committed.items()} == {(topic, 0): 3}
         assert snapshot.partitions[(topic, 0)].log_end == 10
         assert broker.log_file.exists() and "started" in broker.log_file.read_text()
+
+
+def test_the_demo_alerts_the_log_only_and_records_a_local_lake(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """A configuration with notifiers and a lake but no cluster (a misspelt variable, an empty map) starts the
+    demo: its made-up alerts paged the configured Slack and webhooks ('alerts go to the log', it said), and its
+    polls went to the configured remote lake."""
+    from contextlib import ExitStack
+
+    from lagwatch.config import load_settings
+    from lagwatch.devbroker import demo
+
+    class Broker:  # the demo's broker and traffic, not started: what the demo makes of the settings is the test
+        bootstrap = "127.0.0.1:9"
+
+        def __init__(self, **_: object) -> None: ...
+        def __enter__(self) -> Broker:
+            return self
+
+        def __exit__(self, *_: object) -> None: ...
+        def kill(self) -> None: ...
+
+    class Traffic:
+        def __init__(self, _: str) -> None: ...
+        def start(self) -> Traffic:
+            return self
+
+        def stop(self) -> None: ...
+
+    monkeypatch.setattr("lagwatch.devbroker.LocalBroker", Broker)
+    monkeypatch.setattr(demo, "DemoTraffic", Traffic)
+    settings = load_settings(
+        state_dir=tmp_path,
+        notifiers={
+            "slack": {"token": "xoxb-1-2-Token", "default_channel": "#prod-oncall"},
+            "webhooks": {"pager": {"url": "http://127.0.0.1:9/prod-oncall"}},
+        },
+        lake={"enabled": True, "path": "s3://prod-bucket/lagwatch"},
+    )
+    with ExitStack() as cleanup:
+        started = demo.start_demo(settings, cleanup)
+    assert started.notifiers.slack is None and not started.notifiers.webhooks and started.notifiers.log.enabled
+    assert started.lake.enabled and "://" not in started.lake.path
+    assert list(started.clusters) == ["local"]

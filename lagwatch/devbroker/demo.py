@@ -39,6 +39,10 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
     traffic = DemoTraffic(broker.bootstrap).start()
     cleanup.callback(traffic.stop)
     print(f"local kafka at {broker.bootstrap}; alerts go to the log", file=sys.stderr, flush=True)
+    configured = settings.notifiers
+    if configured.slack or configured.slack_webhook or configured.webhooks:
+        # Configured notifiers are someone's real channels: the demo's made-up alerts paged them.
+        print("lagwatch: the demo's alerts go to the log only, not to the configured notifiers", file=sys.stderr)
     demo_rules = {
         "lag": {
             "warning": {"offsets": 200, "seconds": None},
@@ -65,8 +69,16 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
             "alerts": alerts,
             "state_dir": state_dir,
             "http": settings.http.model_copy(update={"host": "127.0.0.1"}),
-            # The demo records its lake (./lake unless configured), rolled every minute so files show up soon.
-            "lake": settings.lake.model_copy(update={"enabled": True, "roll_seconds": 60.0}),
+            "notifiers": type(settings.notifiers)(),  # the log only
+            # The demo records its lake (./lake, or a local path configured; never a remote one, someone's real
+            # lake), rolled every minute so files show up soon.
+            "lake": settings.lake.model_copy(
+                update={
+                    "enabled": True,
+                    "roll_seconds": 60.0,
+                    "path": settings.lake.path if "://" not in settings.lake.path else "lake",
+                }
+            ),
         }
     )
 
