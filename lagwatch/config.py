@@ -35,6 +35,7 @@ from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.errors import ConfigError
 from lagwatch.lake.settings import LakeConfig
 from lagwatch.matchers import any_full_match, check_patterns
+from lagwatch.names import differ_not_only_in_case
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
 
@@ -212,6 +213,8 @@ class Settings(BaseSettings):
     # The lag history lake: every poll, alert transition and the configuration in force, as Parquet.
     lake: LakeConfig = Field(default_factory=LakeConfig)
 
+    _case = field_validator("clusters", mode="before")(differ_not_only_in_case)
+
     @field_validator("clusters")
     @classmethod
     def _names(cls, clusters: dict[str, ClusterConfig]) -> dict[str, ClusterConfig]:
@@ -233,6 +236,18 @@ class Settings(BaseSettings):
         # Secret files are named like the env vars without the prefix: clusters__prod__security__sasl__password.
         secrets = NestedSecretsSettingsSource(file_secret_settings, secrets_prefix="")
         return (init_settings, env_settings, secrets, YamlConfigSettingsSource(settings_cls))
+
+
+def _unknown_variables() -> list[str]:
+    """LAGWATCH_ variables shaped like a nested setting (with `__`) that name no setting: read nowhere, silently
+    (LAGWATCH_CLUSTER__PROD__BOOTSTRAP_SERVERS, one letter short, left no cluster at all: the demo started)."""
+    fields = {name.lower() for name in Settings.model_fields}
+    out = []
+    for variable in os.environ:
+        head, sep, _ = variable.upper().removeprefix("LAGWATCH_").partition("__")
+        if variable.upper().startswith("LAGWATCH_") and sep and head.lower() not in fields:
+            out.append(f"{variable}: no such setting ({head.lower()!r}; the settings are {', '.join(sorted(fields))})")
+    return out
 
 
 def check_poll_interval(seconds: float) -> float:
@@ -257,10 +272,17 @@ def load_settings(config_file: Path | None = None, secrets_dir: Path | None = No
             raise ConfigError([f"secrets_dir: no such directory {str(secrets_dir)!r}"])
         extra["secrets_dir"] = secrets_dir
     loaded_cls = type("LoadedSettings", (Settings,), {"model_config": {**Settings.model_config, **extra}})
+    unknown = _unknown_variables()
+    if unknown:
+        raise ConfigError(unknown)
     try:
         return loaded_cls(**overrides)  # type: ignore[no-any-return]
     except ValidationError as e:
         raise ConfigError([_describe(err) for err in e.errors()]) from None
+    except UnicodeDecodeError:  # a file of the secrets directory
+        raise ConfigError(["secrets_dir: a file in it is not UTF-8 text"]) from None
+    except RecursionError:
+        raise ConfigError(["config: nested too deeply"]) from None
     except SettingsError as e:  # e.g. LAGWATCH_CLUSTERS='{bad': a complex field's env value must be JSON
         field = re.search(r'field "([^"]+)"', str(e))
         name = field.group(1) if field else "config"
@@ -281,6 +303,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: merged keys may be set again here
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, list | dict):
                 continue  # unhashable: the constructor below reports it as PyYAML does
@@ -304,6 +328,8 @@ def _check_yaml(path: Path) -> None:
         raise ConfigError([f"config: {path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x})"]) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise ConfigError([f"config: {path}: nested too deeply"]) from None
     except _DuplicateKey as e:
         raise ConfigError([f"config: {path}:{e.line}: duplicate key {e.key!r}"]) from None
     except yaml.YAMLError as e:

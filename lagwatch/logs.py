@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, SecretStr
 
+from lagwatch.notify.settings import WebhookConfig
+
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 REDACTED = "***"
 # Shorter values are not redacted: replacing every "ab" in every line would garble the log, and the gaps would show
@@ -37,12 +39,16 @@ def _extras(record: logging.LogRecord) -> dict[str, object]:
 
 
 def secret_values(model: object) -> set[str]:
-    """Every SecretStr value in a pydantic model, however deep (clusters, notifiers, http tokens...)."""
+    """Every SecretStr value in a pydantic model, however deep (clusters, notifiers, http tokens...), and the
+    generic webhooks' URLs."""
     found: set[str] = set()
 
     def walk(value: object) -> None:
         if isinstance(value, SecretStr):
             found.add(value.get_secret_value())
+        elif isinstance(value, WebhookConfig):  # its URL may hold a token: never logged either
+            found.add(value.url)
+            walk(value.bearer_token)
         elif isinstance(value, BaseModel):
             for name in type(value).model_fields:
                 walk(getattr(value, name))

@@ -220,4 +220,4 @@ class FakeSlack:
 def _channel_id(channel: Any) -> str:
     """Slack answers with the channel's id, whether it was named (#kafka) or given by id (C123...)."""
     name = str(channel)
-    return name if name.startswith("C") else "C" + str(abs(hash(name)) % 10**6)
+    return name if name.startswith("C") else f"C{abs(hash(name)) % 10**8:08d}"  # nine characters, as Slack's

@@ -109,3 +109,88 @@ def test_secret_files_and_secrets_never_shown(tmp_path: Path, caplog: pytest.Log
     done = run_lagwatch("check", "--config", str(path), env={"LAGWATCH_SECRETS_DIR": str(secrets)}, timeout=90)
     assert done.returncode == 1 and "cluster 'prod'" in done.stderr
     assert "hunter2" not in done.stdout + done.stderr
+
+
+def _validate(tmp_path: Path, yaml_text: str, env: dict[str, str] | None = None, *args: str) -> tuple[int, str]:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    done = run_lagwatch("validate", "--config", str(path), *args, env=env)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stderr
+
+
+def test_infinite_windows_thresholds_and_times_are_refused_naming_the_field(tmp_path: Path) -> None:
+    """`.inf` passed `validate` in the rules, alerts and notifiers (only the top level refused it), then `run` died
+    of an OverflowError sizing the history."""
+    base = "clusters: {prod: {bootstrap_servers: [a:1]}}\n"
+    for extra, field in (
+        ("rules: {stalled: {window_s: .inf}}", "rules.stalled.window_s"),
+        ("rules: {rate_window_s: .inf}", "rules.rate_window_s"),
+        ("rules: {lag: {for_s: .nan}}", "rules.lag.for_s"),
+        ("alerts: {repeat_interval_s: .inf}", "alerts.repeat_interval_s"),
+        ("rules: {overrides: [{rules: {stopped: {window_s: .inf}}}]}", "rules"),
+    ):
+        code, err = _validate(tmp_path, base + extra)
+        assert code == 2 and field in err, (extra, err)
+    code, err = _validate(tmp_path, base, {"LAGWATCH_RULES__RATE_WINDOW_S": "inf"})
+    assert code == 2 and "rules.rate_window_s" in err
+
+
+def test_a_misspelt_variable_and_a_name_in_capitals_are_clear_errors(tmp_path: Path) -> None:
+    """LAGWATCH_CLUSTER__... (one letter short) was read by nothing, silently: no cluster, so the demo started.
+    And a secret for cluster `Prod` from the environment made a second cluster `prod`, reported only as missing
+    its bootstrap servers."""
+    code, err = _validate(tmp_path, "{}\n", {"LAGWATCH_CLUSTER__PROD__BOOTSTRAP_SERVERS": '["a:1"]'})
+    assert code == 2 and "LAGWATCH_CLUSTER__PROD__BOOTSTRAP_SERVERS: no such setting ('cluster'" in err
+    prod = "clusters: {Prod: {bootstrap_servers: [a:1], security: {protocol: SASL_PLAINTEXT, sasl: {mechanism: PLAIN, username: u}}}}\n"
+    code, err = _validate(tmp_path, prod, {"LAGWATCH_CLUSTERS__PROD__SECURITY__SASL__PASSWORD": "pw-Secret-1"})
+    assert code == 2 and "'Prod' and 'prod' differ only in case" in err and "pw-Secret-1" not in err
+    hooks = "clusters: {prod: {bootstrap_servers: [a:1]}}\nnotifiers: {webhooks: {PagerDuty: {url: 'http://h/x'}}}\n"
+    code, err = _validate(tmp_path, hooks, {"LAGWATCH_NOTIFIERS__WEBHOOKS__PAGERDUTY__BEARER_TOKEN": "tok-Secret-2"})
+    assert code == 2 and "differ only in case" in err
+
+
+def test_odd_files_are_one_line_errors_and_yaml_merge_keys_work(tmp_path: Path) -> None:
+    """A secrets file that is not UTF-8 and YAML nested 500 deep gave tracebacks; YAML's merge key `<<:` (a plain
+    way to share settings between clusters) was refused by the duplicate-key check."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "clusters__prod__security__sasl__password").write_bytes(b"\xff\xfe bad")
+    path = tmp_path / "c.yaml"
+    path.write_text(SASL_YAML)
+    done = run_lagwatch("validate", "--config", str(path), env={"LAGWATCH_SECRETS_DIR": str(secrets)})
+    assert done.returncode == 2 and "secrets_dir: a file in it is not UTF-8 text" in done.stderr, done.stderr
+    code, err = _validate(tmp_path, "a: " + "[" * 500 + "]" * 500 + "\n")
+    assert code == 2 and "nested too deeply" in err, err
+    merged = """
+clusters:
+  prod: &base {bootstrap_servers: [a:1], poll_interval_s: 15}
+  staging: {<<: *base, bootstrap_servers: [b:1]}
+"""
+    path.write_text(merged)
+    settings = load_settings(path)
+    assert settings.clusters["staging"].poll_interval_s == 15 and settings.clusters["staging"].bootstrap_servers == [
+        "b:1"
+    ]
+    dupe = "clusters:\n  prod: {bootstrap_servers: [a:1]}\n  prod: {bootstrap_servers: [b:1]}\n"
+    code, err = _validate(tmp_path, dupe)
+    assert code == 2 and "duplicate key 'prod'" in err  # the duplicate-key check still holds
+
+
+def test_a_webhook_url_is_a_secret_and_must_be_http(tmp_path: Path) -> None:
+    """Webhook URLs carry tokens (in their path, their query): one without a scheme was accepted, and reached the
+    log with a traceback at every retry. It is an http(s) URL, and a secret like the Slack webhook's."""
+    url = "hooks.example/services/T0/B0/Tok3n-Secret"
+    code, err = _validate(
+        tmp_path,
+        f"clusters: {{prod: {{bootstrap_servers: [a:1]}}}}\nnotifiers: {{webhooks: {{ops: {{url: '{url}'}}}}}}\n",
+    )
+    assert code == 2 and "notifiers.webhooks.ops.url: must be an http:// or https:// URL with a host" in err
+    assert "Tok3n" not in err
+    from lagwatch import logs
+
+    settings = load_settings(
+        clusters={"prod": {"bootstrap_servers": ["a:1"]}},
+        notifiers={"webhooks": {"ops": {"url": "https://" + url}}},
+    )
+    assert "https://" + url in logs.secret_values(settings)

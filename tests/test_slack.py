@@ -16,7 +16,7 @@ from lagwatch.notify import Dispatcher, Outbox, PermanentError, RetryableError, 
 from lagwatch.notify.settings import SlackConfig
 from lagwatch.notify.slack import SlackNotifier
 from tests.conftest import wait_for
-from tests.fake_slack import FakeSlack
+from tests.fake_slack import FakeSlack, _channel_id
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_firing_then_update_in_place_then_resolved_in_thread(slack: FakeSlack) -
     deliver(life.outbox, n)
     calls = [(c.method, c.args.get("channel"), c.args.get("ts"), c.args.get("thread_ts")) for c in slack.delivered()]
     first = slack.delivered("chat.postMessage")[0]
-    channel_id, ts = "C" + str(abs(hash("#kafka")) % 10**6), "1700000000.000001"
+    channel_id, ts = _channel_id("#kafka"), "1700000000.000001"
     assert calls == [
         ("chat.postMessage", "#kafka", None, None),
         ("chat.update", channel_id, ts, None),

@@ -10,7 +10,7 @@ from lagwatch.matchers import check_matchers
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SilenceConfig(_Strict):

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from lagwatch.matchers import check_matchers
+from lagwatch.names import differ_not_only_in_case
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Route(_Strict):
@@ -39,15 +41,30 @@ class SlackConfig(NotifierCommon):
     grafana_url: str | None = None  # template with {cluster} and {group}
 
 
+def _http_url(url: SecretStr | str) -> SecretStr | str:
+    """An http(s) URL with a host; the reason names no part of it (it may hold a token)."""
+    parts = urlsplit(url.get_secret_value() if isinstance(url, SecretStr) else url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    return url
+
+
 class SlackWebhookConfig(NotifierCommon):
     url: SecretStr
     grafana_url: str | None = None
 
+    _url = field_validator("url")(_http_url)
+
 
 class WebhookConfig(NotifierCommon):
+    # Often no secret (Alertmanager's), so it may stay in the chart's values; but some carry tokens in their path or
+    # query (Teams, Google Chat): kept out of the logs all the same (logs.secret_values). Without a scheme it
+    # reached the log, with a traceback, at every retry.
     url: str
     bearer_token: SecretStr | None = None
     format: Literal["lagwatch", "alertmanager"] = "lagwatch"  # alertmanager: POST {url}/api/v2/alerts
+
+    _url = field_validator("url")(_http_url)
 
 
 class LogNotifierConfig(_Strict):
@@ -67,3 +84,5 @@ class NotifiersConfig(_Strict):
     slack: SlackConfig | None = None
     slack_webhook: SlackWebhookConfig | None = None
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
+
+    _case = field_validator("webhooks", mode="before")(differ_not_only_in_case)

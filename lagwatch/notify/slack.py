@@ -55,7 +55,7 @@ PACE_S = 1.0
 CANNOT_LOOK_ERRORS = frozenset(
     {"missing_scope", "not_allowed_token_type", "no_permission", "access_denied", "channel_not_found", "not_in_channel"}
 )
-_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{6,}")  # a conversation's id, as Slack answers them
+_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]+")  # a conversation's id (C024BE91L); channel names are lowercase
 
 
 # How far back a post whose outcome is unknown is looked for: 20 pages of 200, Slack's largest page (Tier 3 calls,

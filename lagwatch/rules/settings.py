@@ -15,7 +15,7 @@ Severity = Literal["info", "warning", "critical"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Threshold(_Strict):
