@@ -14,6 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from pydantic import ValidationError
+
 from lagwatch import __version__, gc_policy, logs, malloc_policy
 from lagwatch.config import ClusterConfig, NameFilter, Settings, check_poll_interval, load_settings
 from lagwatch.errors import ConfigError, exit_code_of
@@ -94,6 +96,12 @@ def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
             clusters = {
                 "default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=args.timeout)
             }
+        except ValidationError as e:
+            # Named by the option the field came from (a --timeout of 0 was reported as --bootstrap-server's).
+            options = {"request_timeout_s": "--timeout", "bootstrap_servers": "--bootstrap-server"}
+            raise ConfigError(
+                [f"{options.get(str(err['loc'][0]), '--bootstrap-server')}: {err['msg']}" for err in e.errors()]
+            ) from None
         except Exception as e:
             raise ConfigError([f"--bootstrap-server: {_first_error(e)}"]) from None
     if args.group:

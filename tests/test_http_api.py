@@ -288,3 +288,40 @@ def test_numbers_are_written_as_prometheus_client_writes_them(value: float) -> N
     from lagwatch.serve.metrics import _number
 
     assert _number(value) == (str(value) if type(value) is int else floatToGoString(value))
+
+
+def test_typos_odd_values_and_slashes_are_errors_not_other_answers(client: TestClient, daemon: Daemon) -> None:
+    """`?clster=prod` (a typo) answered every alert, `state=bogus` an empty list, a trailing slash a redirect built
+    from the Host header (a link could send a user on to any host), a silence starting after it ends was kept,
+    HEAD /metrics was 405, and `gzip;level=1` was answered in plain text."""
+    put_alert(daemon, "payments", "lag", "firing")
+    assert client.get("/api/v1/alerts", params={"clster": "nope"}).status_code == 400
+    assert "clster: no such query parameter" in client.get("/api/v1/alerts?clster=nope").json()["error"]
+    assert client.get("/api/v1/alerts", params={"state": "bogus"}).status_code == 400
+    slash = client.get("/api/v1/clusters/", headers={"Host": "evil.example"}, follow_redirects=False)
+    assert slash.status_code == 404 and "location" not in slash.headers
+    body = {"matchers": {"group": "x"}, "starts_at": future(2), "ends_at": future(1)}
+    made = client.post("/api/v1/silences", json=body, headers=auth(WRITE))
+    assert made.status_code == 400 and "starts_at: must be before ends_at" in made.json()["error"]
+    assert client.head("/metrics").status_code == 200
+    gz = client.get("/metrics", headers={"Accept-Encoding": "gzip;level=1"})
+    assert gz.status_code == 200 and gz.headers.get("content-encoding") == "gzip"
+    assert client.get("/metrics", headers={"Accept-Encoding": "gzip;q=0"}).headers.get("content-encoding") is None
+
+
+def test_ended_api_silences_are_let_go() -> None:
+    """The API lists active and future silences only: an ended one could not be found to be deleted, and stayed in
+    the book and the state database for good. It is let go an hour after it ended."""
+    from lagwatch.alerts import AlertBook, AlertsConfig, Silence
+    from lagwatch.alerts.book import SILENCE_KEPT_S
+
+    book = AlertBook(AlertsConfig())
+    book.silences = [
+        Silence("api1", {"group": "a"}, ends_at=100.0, created_by="api"),
+        Silence("api2", {"group": "b"}, ends_at=10_000.0, created_by="api"),
+        Silence("config-0", {"group": "c"}, ends_at=100.0),
+    ]
+    book.due(100.0 + SILENCE_KEPT_S - 1)
+    assert [s.id for s in book.silences] == ["api1", "api2", "config-0"]
+    book.due(100.0 + SILENCE_KEPT_S + 1)
+    assert [s.id for s in book.silences] == ["api2", "config-0"]  # the configuration's stay with the file

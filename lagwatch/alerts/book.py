@@ -34,6 +34,7 @@ from lagwatch.matchers import full_match
 from lagwatch.model import Finding, key_part
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+SILENCE_KEPT_S = 3600.0  # an API silence is let go this long after it ended
 _NONE: frozenset[str] = frozenset()
 
 
@@ -363,6 +364,10 @@ class AlertBook:
     def due(self, now: float) -> list[Notification]:
         """Notifications to send now, each for one receiver. Their effect is recorded at once (they go to the
         outbox in the same save)."""
+        if self.silences and any(s.created_by != "config" and s.ends_at < now - SILENCE_KEPT_S for s in self.silences):
+            # Ended API silences go (the API lists active and future ones only: nobody could find their ids to
+            # delete them, and the book and the state database kept them for good).
+            self.silences = [s for s in self.silences if s.created_by == "config" or s.ends_at >= now - SILENCE_KEPT_S]
         inhibitors = (
             self.inhibitors([a for a in self.alerts.values() if a.state == "firing"])
             if self.config.inhibit_rules

@@ -15,7 +15,7 @@ import hmac
 import logging
 import threading
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
@@ -186,6 +186,21 @@ def _require_write(request: Request, daemon: DaemonDep, _: BearerDeclared) -> No
     _check_token(request, token.get_secret_value())
 
 
+def _known_query_parameters(request: Request) -> None:
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        known |= {p.alias for p in sub.query_params}
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise ApiError(
+            400, f"{unknown[0]}: no such query parameter" + (f" (it takes {', '.join(sorted(known))})" if known else "")
+        )
+
+
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     # "4XX" also keeps FastAPI from documenting its own 422 shape, which this API never sends.
     documented: dict[int | str, dict[str, Any]] = {code: {"model": models.Error} for code in codes}
@@ -209,6 +224,11 @@ def create_app() -> FastAPI:
         openapi_url=f"{API}/openapi.json",
         docs_url=None,  # the UI pages load scripts from a CDN: not from a monitoring daemon
         redoc_url=None,
+        # No redirect for a trailing slash: Starlette built it from the request's Host header, so a link to
+        # lagwatch could send a user on to any host.
+        redirect_slashes=False,
+        # A query parameter no endpoint takes is an error: `?clster=prod` (a typo) answered every alert.
+        dependencies=[Depends(_known_query_parameters)],
     )
     app.state.internal_errors = internal_errors
     app.state.persist_streaks = health.PersistStreaks()
@@ -264,6 +284,10 @@ def _probes(app: FastAPI) -> None:
             body["problems"] = problems
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
+    @app.head("/metrics", include_in_schema=False)
+    def metrics_head() -> Response:  # HEAD, as monitoring checks ask: the headers of GET, no body
+        return Response(media_type=CONTENT_TYPE, headers={"Vary": "Accept-Encoding"})
+
     @app.get(
         "/metrics",
         summary="Prometheus text exposition: lag figures rendered once per poll, lagwatch's own health per scrape",
@@ -290,13 +314,16 @@ def _probes(app: FastAPI) -> None:
 def _accepts_gzip(header: str) -> bool:
     """RFC 9110 content negotiation, as far as gzip goes: listed (or `*`) without q=0."""
     for item in header.split(","):
-        coding, _, params = item.partition(";")
+        coding, *params = item.split(";")
         if coding.strip().lower() in ("gzip", "*"):
-            q = params.strip().lower().removeprefix("q=")
-            try:
-                return not params.strip() or float(q) > 0
-            except ValueError:
-                return False
+            for param in params:  # only q matters (gzip;level=1 is gzip)
+                name, _, value = param.strip().lower().partition("=")
+                if name == "q":
+                    try:
+                        return float(value) > 0
+                    except ValueError:
+                        return False
+            return True
     return False
 
 
@@ -398,7 +425,7 @@ def _api(app: FastAPI) -> None:
         daemon: DaemonDep,
         cluster: Annotated[str | None, Query()] = None,
         group: Annotated[str | None, Query()] = None,
-        state: Annotated[str | None, Query(description="pending, firing or resolved")] = None,
+        state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
     ) -> Any:
         return _alerts(daemon, cluster, group, state)
 
@@ -429,6 +456,8 @@ def _api(app: FastAPI) -> None:
         now = daemon.clock()
         if body.ends_at.timestamp() <= now:
             raise ApiError(400, "ends_at: must be in the future")
+        if body.starts_at is not None and body.starts_at >= body.ends_at:
+            raise ApiError(400, "starts_at: must be before ends_at")
         silence = BookSilence(
             id=uuid.uuid4().hex[:12],  # never "config-...": those ids belong to the configuration file's silences
             matchers=dict(body.matchers),
