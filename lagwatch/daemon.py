@@ -167,6 +167,8 @@ class Daemon:
             book.sequence = max(book.sequence, int(self.clock()))
         odd: list[tuple[str, str, Any]] = []
         outbox = Outbox.from_json(raw.get("outbox"), odd)
+        if self.store.db.unclean_stop or self.store.db.restored_from_copy:
+            self._doubt_deliveries(outbox)
         for key, why, row in odd:  # only these: every other queued notification is still delivered
             log.error("queued notification of an unknown shape set aside", extra={"key": key, "error": why})
             self.store.db.set_aside("outbox", key, why)
@@ -202,6 +204,24 @@ class Daemon:
             self.book.undelivered(dropped)
             self.save_alerts()
         return dropped
+
+    def _doubt_deliveries(self, outbox: Outbox) -> None:
+        """The last run was killed, or its saves were failing (a full disk), or this state is an older copy: a
+        queued notification may have been delivered after the state on disk was saved, the delivery never
+        recorded. Each is looked for before it is sent again, by the notifiers that can look (Slack); the others
+        send it again, with its id."""
+        doubted = 0
+        for delivery in outbox.deliveries:
+            if not delivery.in_flight:
+                delivery.in_flight = True
+                outbox.touch(delivery)
+                doubted += getattr(self.notifiers.get(delivery.notifier), "checks_duplicates", False)
+        if doubted:
+            log.warning(
+                "the last run did not stop cleanly: queued notifications it may have delivered are looked for "
+                "before they are sent",
+                extra={"notifications": doubted},
+            )
 
     def save_alerts(self) -> None:
         """Saves what changed. A disk that refuses is counted and logged once per streak; alerting goes on from
@@ -559,7 +579,7 @@ class Daemon:
             self.lake.stop(timeout=left(10.0))
         if http_stop is not None:
             http_stop.join(left(5.0))
-        self.store.close()
+        self.store.close(clean=not self.state_owed)
         log.info("lagwatch stopped", extra={"queued_notifications": self.outbox.pending()})
 
 

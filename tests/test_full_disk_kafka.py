@@ -79,61 +79,71 @@ def log_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
+class Run:
+    """`lagwatch run` as a process on the state directory `state` (on the tiny disk), one cluster polled every second,
+    a lag alert at 5 offsets behind for groups named `prefix`-*, Slack the only notifier."""
+
+    def __init__(self, tmp_path: Path, state: Path, bootstrap: str, prefix: str, slack: FakeSlack) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.slack = slack
+        self.config = tmp_path / "lagwatch.yaml"
+        self.config.write_text(
+            json.dumps(
+                {
+                    "state_dir": str(state),
+                    "history_save_interval_s": 1,  # history saves fail too, every second: still one log line
+                    "clusters": {
+                        "test": {
+                            "bootstrap_servers": [bootstrap],
+                            "poll_interval_s": 1,
+                            "groups": {"include": [f"{prefix}-.*"]},
+                            "exact_clocks": False,
+                        }
+                    },
+                    "rules": {
+                        "lag": {"warning": {"offsets": 5}, "critical": {"offsets": 10**9}, "for_s": 0},
+                        **{rule: {"enabled": False} for rule in ("stopped", "stalled", "falling_behind", "expiry")},
+                    },
+                    "alerts": {"group_wait_s": 0, "group_interval_s": 1},
+                    "http": {"host": "127.0.0.1", "port": self.port},
+                    "notifiers": {
+                        "log": {"enabled": False},
+                        "slack": {"base_url": slack.base_url, "default_channel": "#k"},
+                    },
+                }
+            )
+        )
+        self.env = {**os.environ, "LAGWATCH_NOTIFIERS__SLACK__TOKEN": slack.token}
+
+    def start(self, log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as stderr:
+            return subprocess.Popen(
+                [sys.executable, "-m", "lagwatch", "run", "--config", str(self.config), "--log-format", "json"],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=self.env,
+            )
+
+    def ready(self) -> bool:
+        with contextlib.suppress(OSError):
+            return call(self.base, "GET", "/readyz")[0] == 200
+        return False
+
+    def polls(self) -> int:
+        return int(call(self.base, "GET", "/api/v1/clusters/test")[1]["polls"])
+
+    def firing_posts(self) -> list[str]:
+        return [c.args["text"] for c in self.slack.delivered("chat.postMessage") if not c.args.get("thread_ts")]
+
+
 def test_a_full_state_disk_alerts_once_keeps_polling_and_catches_up(
     bootstrap: str, tmp_path: Path, tiny_disk: Path, slack: FakeSlack
 ) -> None:
     prefix = unique("full")
     state = tiny_disk / "state"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    config = tmp_path / "lagwatch.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "state_dir": str(state),
-                "history_save_interval_s": 1,  # history saves fail too, every second: still one log line
-                "clusters": {
-                    "test": {
-                        "bootstrap_servers": [bootstrap],
-                        "poll_interval_s": 1,
-                        "groups": {"include": [f"{prefix}-.*"]},
-                        "exact_clocks": False,
-                    }
-                },
-                "rules": {
-                    "lag": {"warning": {"offsets": 5}, "critical": {"offsets": 10**9}, "for_s": 0},
-                    **{rule: {"enabled": False} for rule in ("stopped", "stalled", "falling_behind", "expiry")},
-                },
-                "alerts": {"group_wait_s": 0, "group_interval_s": 1},
-                "http": {"host": "127.0.0.1", "port": port},
-                "notifiers": {
-                    "log": {"enabled": False},
-                    "slack": {"base_url": slack.base_url, "default_channel": "#k"},
-                },
-            }
-        )
-    )
-    env = {**os.environ, "LAGWATCH_NOTIFIERS__SLACK__TOKEN": slack.token}
-
-    def run(log: Path) -> subprocess.Popen[bytes]:
-        with open(log, "wb") as stderr:
-            return subprocess.Popen(
-                [sys.executable, "-m", "lagwatch", "run", "--config", str(config), "--log-format", "json"],
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                env=env,
-            )
-
-    def ready() -> bool:
-        with contextlib.suppress(OSError):
-            return call(base, "GET", "/readyz")[0] == 200
-        return False
-
-    def polls() -> int:
-        return int(call(base, "GET", "/api/v1/clusters/test")[1]["polls"])
-
-    def firing_posts() -> list[str]:
-        return [c.args["text"] for c in slack.delivered("chat.postMessage") if not c.args.get("thread_ts")]
+    daemon = Run(tmp_path, state, bootstrap, prefix, slack)
+    base, run, ready, polls, firing_posts = daemon.base, daemon.start, daemon.ready, daemon.polls, daemon.firing_posts
 
     first_log = tmp_path / "first.log"
     first = run(first_log)
@@ -203,3 +213,50 @@ def test_a_full_state_disk_alerts_once_keeps_polling_and_catches_up(
         "memory, saves are tried again",
         "saving history failed; it stays in memory",
     ], errors
+
+
+def saved_outbox(state: Path) -> list[tuple[int, int]]:
+    """The queued notifications on disk: (attempts, in flight) each."""
+    with contextlib.closing(sqlite3.connect(f"file:{state / 'state.db'}?mode=ro", uri=True)) as db:
+        return list(db.execute("SELECT attempts, in_flight FROM outbox"))
+
+
+def test_a_post_made_while_the_disk_is_full_is_not_made_again_after_a_sigkill(
+    bootstrap: str, tmp_path: Path, tiny_disk: Path, slack: FakeSlack
+) -> None:
+    """The firing notification is queued and saved while Slack rate-limits every post; then the disk fills, Slack
+    takes the post, and the delivery cannot be saved; then SIGKILL. The next start found it queued, not even marked
+    as being sent, and posted it a second time; now it knows the run before did not stop cleanly and looks in
+    Slack first."""
+    prefix = unique("fullkill")
+    state = tiny_disk / "state"
+    daemon = Run(tmp_path, state, bootstrap, prefix, slack)
+    slack.rate_limit_next, slack.retry_after = 10**6, 2
+    first = daemon.start(tmp_path / "first.log")
+    try:
+        wait_for(daemon.ready, timeout=30, what="the first run to be ready")
+        _, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30}, {0: 10})
+        wait_for(lambda: saved_outbox(state) == [(1, 0)], timeout=30, what="the refused post saved as queued")
+        fill(tiny_disk / "filler")
+        slack.rate_limit_next = 0
+        wait_for(daemon.firing_posts, timeout=30, what="the firing message")
+        time.sleep(1)
+        assert saved_outbox(state) == [(1, 0)]  # the delivery is not on disk
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    (tiny_disk / "filler").unlink()
+    second_log = tmp_path / "second.log"
+    second = daemon.start(second_log)
+    try:
+        wait_for(daemon.ready, timeout=30, what="the second run to be ready")
+        wait_for(lambda: saved_outbox(state) == [], timeout=30, what="the queued notification settled")
+        before = daemon.polls()
+        wait_for(lambda: daemon.polls() >= before + 2, timeout=15, what="two more polls")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    assert len(daemon.firing_posts()) == 1 and group in daemon.firing_posts()[0]
+    assert slack.delivered("conversations.history")  # looked for, and found
+    warnings = [x["msg"] for x in log_lines(second_log) if x["level"] == "warning"]
+    assert any("did not stop cleanly" in w for w in warnings), warnings

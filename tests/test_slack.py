@@ -7,6 +7,7 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -361,3 +362,50 @@ def test_an_answer_that_trickles_in_is_given_up_on_in_bounded_time(slack: FakeSl
     assert time.monotonic() - started < 4
     ref = n.send(note, None)  # looked for first (it reached Slack), then not posted again
     assert ref is not None and len(slack.delivered("chat.postMessage")) == 1
+
+
+@pytest.mark.parametrize("stop", ["killed", "clean"])
+def test_a_notification_delivered_after_the_last_save_of_a_killed_run_is_not_posted_again(
+    slack: FakeSlack, tmp_path: Path, stop: str
+) -> None:
+    """A run whose saves were failing (a full disk) posted a queued notification, then was killed: the state on
+    disk still had it queued, not even marked as being sent, and the next start posted it again. A run that did
+    not stop cleanly now looks for each queued notification in Slack before posting it; after a clean stop
+    nothing is looked for (each queued notification is then known not to be delivered)."""
+    from lagwatch.alerts import Receiver
+    from lagwatch.config import load_settings
+    from lagwatch.daemon import Daemon
+    from lagwatch.state import StateStore
+
+    now = time.time()
+    book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0), receivers=(Receiver("slack"),))
+    book.apply("prod", [finding("lag")], frozenset(), now)
+    outbox = Outbox()
+    outbox.add(book.due(now), ["slack"])
+    store = StateStore(tmp_path).open()
+    store.save_alerts(book, outbox)
+    if stop == "killed":
+        notifier(slack).send(outbox.deliveries[0].notification, None)  # delivered; never saved
+        store.db._db.close()  # type: ignore[union-attr]  # and the run dies, as with SIGKILL
+        store.db._db = None
+    store.close()
+    settings = load_settings(
+        state_dir=tmp_path,
+        http={"enabled": False},
+        notifiers={
+            "log": {"enabled": False},
+            "slack": {"token": slack.token, "base_url": slack.base_url, "default_channel": "#kafka"},
+        },
+    )
+    daemon = Daemon(settings, clusters={}).start()
+    try:
+        wait_for(lambda: daemon.outbox.pending() == 0, timeout=10, what="the queued notification delivered")
+    finally:
+        daemon.stop()
+    posts = slack.delivered("chat.postMessage")
+    assert len(posts) == 1, [p.args.get("text") for p in posts]
+    assert bool(slack.delivered("conversations.history")) == (stop == "killed")
+    # Stopped cleanly, the next start has nothing in doubt.
+    again = StateStore(tmp_path).open()
+    assert not again.db.unclean_stop
+    again.close()

@@ -523,3 +523,25 @@ def test_the_whole_state_directory_deleted_while_running_is_made_again(tmp_path:
     again = StateStore(state).open()
     assert len(again.read_alerts()["book"]["alerts"]) == 2
     again.close()
+
+
+def test_a_run_that_did_not_stop_cleanly_is_known_at_the_next_start(tmp_path: Path) -> None:
+    """Killed, or stopped with its last save failed: the next start knows what is on disk may be behind what was
+    delivered (and the daemon then looks in Slack before posting what is queued)."""
+    store = StateStore(tmp_path).open()
+    assert not store.db.unclean_stop  # a new directory
+    store.close()
+    store = StateStore(tmp_path).open()
+    assert not store.db.unclean_stop  # stopped cleanly
+    store.close(clean=False)  # a stop whose last save failed
+    store = StateStore(tmp_path).open()
+    assert store.db.unclean_stop
+    store.db._db.close()  # type: ignore[union-attr]  # killed: the mark of this run stays too
+    store.db._db = None
+    store.close()
+    store = StateStore(tmp_path).open()
+    assert store.db.unclean_stop
+    store.close()
+    store = StateStore(tmp_path).open()
+    assert not store.db.unclean_stop
+    store.close()

@@ -106,6 +106,9 @@ class StateDatabase:
         # The state came from a copy older than the last run's (the last good copy): notification ids it issued
         # since may come again, and the daemon moves the sequence past them.
         self.restored_from_copy = False
+        # The last run did not stop cleanly (killed, or its last save failed): what it delivered after its last
+        # save that reached the disk is not in this state, and a delivery it made may be made again.
+        self.unclean_stop = False
 
     # -- opening --------------------------------------------------------------------------------------------------
 
@@ -142,7 +145,16 @@ class StateDatabase:
             self._set_aside_file(e)
             self._db = self._connect_last_good()
         self._identity = _identity(self.path)
+        self.unclean_stop = self._db.execute("SELECT 1 FROM meta WHERE name = 'running'").fetchone() is not None
+        if not self.read_only:
+            self._mark_running(self._db)
         return self
+
+    @staticmethod
+    def _mark_running(db: sqlite3.Connection) -> None:
+        """A mark a clean stop takes away: found at the next start, it says the run before did not stop cleanly
+        (SIGKILL, OOM, power loss, or a stop whose last save failed)."""
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('running', '1')")
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5)
@@ -200,6 +212,7 @@ class StateDatabase:
             self._reopen()
         if self.read_only:
             db = self._connect(self.path)
+            self._mark_running(db)
             self.db.close()
             self._db, self.read_only = db, False
             log.warning("state database writable again", extra={"file": str(self.path)})
@@ -246,10 +259,15 @@ class StateDatabase:
                 self._set_aside_file(e)
         return self._connect(self.path)
 
-    def close(self, keep_copy: bool = True) -> None:
+    def close(self, keep_copy: bool = True, clean: bool = True) -> None:
+        """`clean`: everything delivered is saved (a stop whose last save failed leaves the mark of a run that did
+        not stop cleanly)."""
         with self._lock:
             if self._db is None:
                 return
+            if clean and not self.read_only:
+                with contextlib.suppress(sqlite3.Error):  # a full disk: the mark stays, and says so next time
+                    self._db.execute("DELETE FROM meta WHERE name = 'running'")
             if keep_copy and not self.read_only:  # read-only: the file is as it was, and the disk is full
                 with contextlib.suppress(sqlite3.Error, OSError):
                     tmp = self.directory / f".{LAST_GOOD}.tmp"
@@ -403,6 +421,7 @@ class StateDatabase:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             db = self._connect(self.path)
+            self._mark_running(db)
         except (sqlite3.Error, OSError) as e:
             raise OSError(f"state database {self.path} cannot be made again: {e}") from None
         self._db, self._reopen_owed = db, False

@@ -68,8 +68,8 @@ class StateStore:
         self._import_json_files()
         return self
 
-    def close(self) -> None:
-        self.db.close()
+    def close(self, clean: bool = True) -> None:
+        self.db.close(clean=clean)
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
