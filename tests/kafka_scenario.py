@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -185,6 +186,12 @@ def stopped_group(
     commit(c, {TopicPartition(topic, p): o for p, o in committed.items()})
     c.close()
     return topic, group
+
+
+def one_cluster(bootstrap: str, prefix: str) -> dict[str, Any]:
+    """A daemon's `clusters` setting for the tests' groups `<prefix>-*`: one cluster, "test", polled every second."""
+    cluster = {"bootstrap_servers": [bootstrap], "poll_interval_s": 1, "groups": {"include": [f"{prefix}-.*"]}}
+    return {"test": {**cluster, "exact_clocks": False}}
 
 
 def kip848_console_consumer(

@@ -93,14 +93,7 @@ class Run:
                 {
                     "state_dir": str(state),
                     "history_save_interval_s": 1,  # history saves fail too, every second: still one log line
-                    "clusters": {
-                        "test": {
-                            "bootstrap_servers": [bootstrap],
-                            "poll_interval_s": 1,
-                            "groups": {"include": [f"{prefix}-.*"]},
-                            "exact_clocks": False,
-                        }
-                    },
+                    "clusters": kafka_scenario.one_cluster(bootstrap, prefix),
                     "rules": {
                         "lag": {"warning": {"offsets": 5}, "critical": {"offsets": 10**9}, "for_s": 0},
                         **{rule: {"enabled": False} for rule in ("stopped", "stalled", "falling_behind", "expiry")},

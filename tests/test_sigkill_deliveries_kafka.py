@@ -45,14 +45,7 @@ def test_repeated_sigkill_during_deliveries_posts_each_message_once(
         json.dumps(
             {
                 "state_dir": str(tmp_path / "state"),
-                "clusters": {
-                    "test": {
-                        "bootstrap_servers": [bootstrap],
-                        "poll_interval_s": 1,
-                        "groups": {"include": [f"{prefix}-.*"]},
-                        "exact_clocks": False,
-                    }
-                },
+                "clusters": kafka_scenario.one_cluster(bootstrap, prefix),
                 "rules": {"lag": {"enabled": False}, "expiry": {"enabled": False}, "stopped": {"window_s": 2}},
                 "alerts": {"group_wait_s": 0, "group_interval_s": 1, "storm_threshold": 100},
                 "http": {"enabled": False},
