@@ -14,7 +14,7 @@ from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
 from lagwatch.errors import LagwatchError
 from lagwatch.model import Finding
 from lagwatch.notify import Outbox
-from lagwatch.state import StateStore
+from lagwatch.state import StateLockedError, StateStore
 
 
 def finding(group: str, rule: str = "lag", severity: str = "warning") -> Finding:
@@ -502,7 +502,8 @@ def test_the_whole_state_directory_deleted_while_running_is_made_again(tmp_path:
     """`rm -rf state_dir` while lagwatch runs: the new database could not be made in a directory that was gone, the
     connection was left closed, and every poll failed with 'state database is closed' behind a green /healthz. The
     directory is made again, and the whole state written to it; while it cannot be (a file in its place), a save
-    fails as a full disk does (OSError: counted, alerting from memory), and the next one tries again."""
+    fails as a full disk does (OSError: counted, alerting from memory), and the next one tries again. The new
+    directory is locked as the first was."""
     import shutil
 
     state = tmp_path / "state"
@@ -517,6 +518,9 @@ def test_the_whole_state_directory_deleted_while_running_is_made_again(tmp_path:
         store.save_alerts(None, outbox)  # a delivery's save: the same, never 'closed'
     state.unlink()
     store.save_alerts(book, outbox)  # made again, everything written
+    # And locked again: the locks held were on the deleted directory, and a second daemon started on the new one.
+    with pytest.raises(StateLockedError):
+        StateStore(state).open()
     store.db._db.close()  # type: ignore[union-attr]  # a crash
     store.db._db = None
     store.close()

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,11 @@ def _dumps(value: Any) -> str:
 
 
 class StateDatabase:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, relock: Callable[[], None] | None = None) -> None:
         self.directory = directory
+        # Locks a state directory made again (the whole directory deleted while lagwatch runs): without it, a
+        # second daemon could take the new one and send everything a second time. Raises OSError when it cannot.
+        self._relock = relock
         self.path = directory / FILE
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
@@ -419,7 +422,10 @@ class StateDatabase:
     def _reopen(self) -> None:
         """A new, empty database at the path, written whole by the next saves; OSError while it cannot be made."""
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if not self.directory.is_dir():
+                self.directory.mkdir(parents=True)
+                if self._relock is not None:
+                    self._relock()
             db = self._connect(self.path)
             self._mark_running(db)
         except (sqlite3.Error, OSError) as e:

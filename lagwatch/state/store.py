@@ -35,7 +35,7 @@ class StateStore:
         self.directory = directory
         self._lock_file: IO[str] | None = None
         self._dir_fd: int | None = None
-        self.db = StateDatabase(directory)
+        self.db = StateDatabase(directory, relock=self._relock)
 
     def open(self) -> StateStore:
         try:
@@ -43,33 +43,20 @@ class StateStore:
         except OSError as e:
             raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot create it: {e.strerror}") from None
         try:
-            self._lock_file = open(self.directory / "lock", "a+")  # noqa: SIM115 - held for the daemon's lifetime
+            self._lock_file, self._dir_fd = _lock(self.directory)
+        except BlockingIOError:
+            raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
         except OSError as e:
             raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot write in it: {e.strerror}") from None
-        # The directory itself is locked too: a `lock` file deleted by a clean-up let a second daemon start on the
-        # same state database, and both sent every notification.
-        # A directory that can be written but not read (mode 0333) cannot be opened: the lock file alone, then.
-        try:
-            self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            self._dir_fd = None
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if self._dir_fd is not None:
-                fcntl.flock(self._dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.close()
-            self._lock_file = None
-            if self._dir_fd is not None:
-                os.close(self._dir_fd)  # closing releases whatever lock it held
-                self._dir_fd = None
-            raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
         self.db.open()
         self._import_json_files()
         return self
 
     def close(self, clean: bool = True) -> None:
         self.db.close(clean=clean)
+        self._unlock()
+
+    def _unlock(self) -> None:
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -77,6 +64,18 @@ class StateStore:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
+
+    def _relock(self) -> None:
+        """The directory was made again while lagwatch runs: the locks held are on the one deleted. OSError (a save's
+        failure, tried again) while another process holds the new one."""
+        try:
+            held = _lock(self.directory)
+        except BlockingIOError:
+            raise OSError(
+                f"state_dir {str(self.directory)!r} was made again and is in use by another process"
+            ) from None
+        self._unlock()
+        self._lock_file, self._dir_fd = held
 
     # -- alerts, outbox, history ----------------------------------------------------------------------------------
 
@@ -108,6 +107,28 @@ class StateStore:
             if raw is not None and isinstance(raw.get("cluster"), str):
                 self.db.write_history(raw["cluster"], raw)
             os.replace(path, path.with_name(path.name + ".imported"))
+
+
+def _lock(directory: Path) -> tuple[IO[str], int | None]:
+    """The lock file and the directory, locked (BlockingIOError: another process holds them). The directory itself
+    is locked too: a `lock` file deleted by a clean-up let a second daemon start on the same state database, and
+    both sent every notification. A directory that can be written but not read (mode 0333) cannot be opened: the
+    lock file alone, then."""
+    lock_file = open(directory / "lock", "a+")  # noqa: SIM115 - held for the daemon's lifetime
+    try:
+        dir_fd: int | None = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        dir_fd = None
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if dir_fd is not None:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        lock_file.close()
+        if dir_fd is not None:
+            os.close(dir_fd)  # closing releases whatever lock it held
+        raise
+    return lock_file, dir_fd
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
