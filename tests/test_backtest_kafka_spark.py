@@ -194,3 +194,27 @@ def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(tmp_
         spark.conf.set("spark.sql.shuffle.partitions", previous)
     quiet = run_backtest(str(tmp_path / "lake"), [], str(tmp_path / "out"), until=t0 + 20, spark=spark)
     assert len(quiet) == 0
+
+
+@pytest.mark.parametrize("where", ["the lake", "above the lake", "inside the lake", "beside other files"])
+def test_an_output_that_would_replace_the_lake_or_other_files_is_refused(where: str, tmp_path: Path) -> None:
+    """Spark replaces the output directory whole: `--output` at or above the lake deleted the lake (and the files
+    beside it), and the job exited 0. Refused before Spark starts, with one line; the lake is untouched."""
+    lake = tmp_path / "data" / "lake"
+    (lake / "snapshots" / "cluster=c").mkdir(parents=True)
+    (lake / "snapshots" / "cluster=c" / "part-0.parquet").write_bytes(b"PAR1")
+    (tmp_path / "data" / "notes.txt").write_text("mine")
+    output = {
+        "the lake": lake,
+        "above the lake": tmp_path / "data",
+        "inside the lake": lake / "out",
+        "beside other files": tmp_path / "data",
+    }[where]
+    if where == "beside other files":
+        lake = tmp_path / "elsewhere" / "lake"
+        (lake / "snapshots").mkdir(parents=True)
+    result = backtest_cli("--lake", str(lake), "--output", str(output))
+    assert result.returncode == 2, result.stderr
+    assert "--output" in result.stderr.strip().splitlines()[-1] and "Traceback" not in result.stderr
+    assert (tmp_path / "data" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "data" / "lake" / "snapshots" / "cluster=c" / "part-0.parquet").is_file()

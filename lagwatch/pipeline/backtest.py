@@ -411,6 +411,38 @@ def _check_lake(path: str) -> str:
     return spark_uri(path) if "://" in path else os.path.abspath(path)  # as Spark names it (s3:// is s3a://)
 
 
+# What a backtest writes in its output directory; anything else there is not its own to replace.
+_OUTPUT_ENTRIES = ("_SUCCESS", "._SUCCESS.crc")
+
+
+def _check_output(output: str, lake: str) -> None:
+    """Spark replaces the output directory whole: one that held the lake (`--output` at or above `--lake`) deleted
+    the lake and everything beside it, and exited 0. A local output must be new, empty, or an earlier backtest's
+    output; never the lake, inside it, or above it. BacktestError otherwise."""
+    if "://" in output and not output.startswith("file:"):
+        if output.rstrip("/") == lake.rstrip("/") or lake.startswith(output.rstrip("/") + "/"):
+            raise BacktestError(f"--output {output}: the lake is there; the backtest replaces its output directory")
+        return
+    out = Path(output.removeprefix("file://").removeprefix("file:")).resolve()
+    lake_dir = Path(lake.removeprefix("file://").removeprefix("file:")).resolve()
+    if out == lake_dir or out in lake_dir.parents or lake_dir in out.parents:
+        raise BacktestError(
+            f"--output {output}: the lake is {'inside it' if out in lake_dir.parents else 'there'}; the backtest "
+            "replaces its output directory: choose a new one"
+        )
+    if out.exists() and not out.is_dir():
+        raise BacktestError(f"--output {output}: not a directory")
+    if out.is_dir():
+        others = sorted(
+            e.name for e in out.iterdir() if e.name not in _OUTPUT_ENTRIES and not e.name.startswith("config=")
+        )
+        if others:
+            raise BacktestError(
+                f"--output {output}: holds other files ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); "
+                "the backtest replaces its output directory: choose a new or empty one"
+            )
+
+
 def _params(spark: Any, lake: str, until: float | None) -> dict[str, ClusterParams]:
     """Per cluster, the latest configuration recorded (before `until`)."""
     from pyspark.sql import functions as F
@@ -448,6 +480,7 @@ def run_backtest(
     if since is not None and until is not None and since >= until:
         raise BacktestError("--since must be before --until")
     lake_path = _check_lake(lake)
+    _check_output(output, lake_path)
     if spark is None:
         from lagwatch.pipeline.session import spark_session
 
