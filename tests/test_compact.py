@@ -273,3 +273,22 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not parquet"])
+def test_a_corrupt_file_leaves_its_partition_and_the_others_are_compacted(tmp_path: Path, damage: str) -> None:
+    """A truncated or foreign file stopped the whole run with a traceback: the other partitions (and datasets) were
+    never compacted, at every run of the cron job. Its partition is left as it is, one line says which, the others
+    are compacted, and the exit code says something needs a look."""
+    lake = tmp_path / "lake"
+    build_lake(lake, polls_per_day=3)
+    day0 = sorted((lake / "snapshots" / "cluster=c").iterdir())[0]
+    victim = sorted(day0.glob("part-*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:40] if damage == "truncated" else b"not a parquet file at all")
+    _age(lake)
+    done = _cli("--lake", str(lake), "--dataset", "snapshots")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"{day0.name}: left as it is, a file cannot be read" in done.stderr
+    assert "compacted 1 of 2 partition(s)" in done.stdout and "1 partition(s) left as they are" in done.stdout
+    assert len(list(day0.glob("part-*.parquet"))) == 3  # untouched

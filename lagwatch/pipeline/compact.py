@@ -29,7 +29,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,21 @@ ROW_GROUP_ROWS = 256_000  # rows buffered before a row group is written (the dae
 
 class CompactError(LagwatchError):
     exit_code = 2
+
+
+class UnreadableFileError(Exception):
+    """A file of the lake pyarrow cannot read (corrupt, truncated, not Parquet): its partition is left alone."""
+
+
+@contextlib.contextmanager
+def _reading(name: str) -> Iterator[None]:
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, pa.ArrowException) as e:
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise UnreadableFileError(f"{name}: {detail}") from None
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class CompactSummary:
     bytes_before: int = 0
     bytes_after: int = 0
     inputs_deleted: int = 0  # duplicates of a crashed run's merged file, deleted
+    partitions_unreadable: int = 0  # left as they are: a file pyarrow cannot read (corrupt, truncated)
     seconds: float = 0.0
     compacted: list[str] = field(default_factory=list)
 
@@ -74,6 +90,11 @@ class CompactSummary:
                 f"; recovered {self.partitions_recovered} partition(s) from an earlier run "
                 f"({self.inputs_deleted} already-merged input(s) deleted)"
                 if self.partitions_recovered
+                else ""
+            )
+            + (
+                f"; {self.partitions_unreadable} partition(s) left as they are, with a file that cannot be read"
+                if self.partitions_unreadable
                 else ""
             )
             + f"; {self.seconds:.1f} s"
@@ -142,7 +163,7 @@ def _recover(filesystem: Any, files: list[Any]) -> int:
     for info in files:
         if not info.base_name.startswith(COMPACT_PREFIX):
             continue
-        with filesystem.open_input_file(info.path) as handle:
+        with _reading(info.base_name), filesystem.open_input_file(info.path) as handle:
             metadata = pq.ParquetFile(handle).schema_arrow.metadata or {}
         recorded = json.loads(metadata.get(INPUTS_KEY, b"[]"))
         for name in recorded:
@@ -160,7 +181,7 @@ def _merge(filesystem: Any, directory: str, inputs: Sequence[InputFile], name: s
     rows_in = 0
     schema = None
     for f in inputs:
-        with filesystem.open_input_file(f.path) as handle:
+        with _reading(f.name), filesystem.open_input_file(f.path) as handle:
             parquet = pq.ParquetFile(handle)
             file_schema = parquet.schema_arrow
             if schema is None:
@@ -177,7 +198,7 @@ def _merge(filesystem: Any, directory: str, inputs: Sequence[InputFile], name: s
             pending: list[Any] = []
             buffered = 0
             for f in inputs:
-                with filesystem.open_input_file(f.path) as handle:
+                with _reading(f.name), filesystem.open_input_file(f.path) as handle:
                     table = pq.ParquetFile(handle).read().replace_schema_metadata(metadata)
                 pending.append(table)
                 buffered += table.num_rows
@@ -269,6 +290,10 @@ def compact_lake(
         except CompactError as e:
             say(str(e))
             continue
+        except UnreadableFileError as e:  # a corrupt or truncated file: the other partitions go on
+            summary.partitions_unreadable += 1
+            say(f"{directory.removeprefix(root).lstrip('/')}: left as it is, a file cannot be read: {e}")
+            continue
         if merged:
             relative = directory.removeprefix(root).lstrip("/")
             files, size = summary.files_before - before[0], summary.bytes_before - before[1]
@@ -313,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
         lake = str(load_settings(args.config).lake.path)
     summary = compact_lake(lake, args.dataset, hours)
     print(summary.line())
-    return 0
+    return 1 if summary.partitions_unreadable else 0  # a cron job's failure: someone should look at the file
 
 
 def main(argv: list[str] | None = None) -> int:
