@@ -153,6 +153,20 @@ def test_a_young_file_is_not_merged(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(rows(lake), before)
 
 
+def crash_between_rename_and_delete(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compact that dies after renaming its merged file in and deleting two of its inputs."""
+    real_delete = compact._delete_inputs
+
+    def crash_halfway(fs: Any, inputs: Any) -> None:
+        real_delete(fs, inputs[:2])  # a couple deleted, then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compact, "_delete_inputs", crash_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        run(lake)
+    monkeypatch.setattr(compact, "_delete_inputs", real_delete)
+
+
 @pytest.mark.parametrize("hours", [1.0, 0.0])
 def test_a_rerun_after_a_crash_between_rename_and_delete_counts_no_row_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hours: float
@@ -160,18 +174,7 @@ def test_a_rerun_after_a_crash_between_rename_and_delete_counts_no_row_twice(
     lake = tmp_path / "lake"
     build_lake(lake)
     before = rows(lake)
-    deleted: list[str] = []
-    real_delete = compact._delete_inputs
-
-    def crash_halfway(fs: Any, inputs: Any) -> None:
-        real_delete(fs, inputs[:2])  # a couple deleted, then the process dies
-        deleted.extend(f.name for f in inputs[:2])
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(compact, "_delete_inputs", crash_halfway)
-    with pytest.raises(KeyboardInterrupt):
-        run(lake)
-    monkeypatch.setattr(compact, "_delete_inputs", real_delete)
+    crash_between_rename_and_delete(lake, monkeypatch)
     day1 = files(lake)["date=2026-09-21"]
     assert len(day1) == 1 + 6 - 2 and any(n.startswith("part-compact-") for n in day1)
     if hours == 0.0:
@@ -292,3 +295,23 @@ def test_a_corrupt_file_leaves_its_partition_and_the_others_are_compacted(tmp_pa
     assert f"{day0.name}: left as it is, a file cannot be read" in done.stderr
     assert "compacted 1 of 2 partition(s)" in done.stdout and "1 partition(s) left as they are" in done.stdout
     assert len(list(day0.glob("part-*.parquet"))) == 3  # untouched
+
+
+@pytest.mark.spark
+def test_the_spark_jobs_read_no_row_twice_after_a_crashed_compact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: Any
+) -> None:
+    """The inputs a crashed compact left beside their merged file were read with it by `report` and `backtest`:
+    every lag of those days doubled in the report (and the backtest failed). The readers skip them, as compact's
+    next run deletes them."""
+    from lagwatch.pipeline.lake_read import read_snapshots
+
+    lake = tmp_path / "lake"
+    build_lake(lake)
+    expected = len(rows(lake))
+    assert compact.readable_files(str(lake), "snapshots") is None  # nothing to skip: the directory is read
+    crash_between_rename_and_delete(lake, monkeypatch)
+    kept = compact.readable_files(str(lake), "snapshots")
+    assert kept is not None and len(kept) == 1 + 6  # day 1: the merged file alone; day 2 (not merged yet) whole
+    assert read_snapshots(spark, str(lake)).count() == expected
+    assert read_snapshots(spark, str(lake), since=T0 + DAY).count() == expected // 2

@@ -154,23 +154,52 @@ def _partitions(filesystem: Any, root: str, datasets: Sequence[str]) -> list[str
     return found
 
 
-def _recover(filesystem: Any, files: list[Any]) -> int:
-    """Deletes the inputs of a crashed run that are still next to its (complete) merged file. Returns how many."""
+def already_merged(filesystem: Any, files: list[Any]) -> list[Any]:
+    """Of one partition's files (pyarrow FileInfos), the inputs of a merged file still beside it (a compact that
+    crashed between the rename and the deletes): their rows are in the merged file too. Raises
+    UnreadableFileError when a merged file cannot be read."""
     import pyarrow.parquet as pq
 
     present = {f.base_name: f for f in files}
-    deleted = 0
-    for info in files:
-        if not info.base_name.startswith(COMPACT_PREFIX):
-            continue
+    merged = [f for f in files if f.base_name.startswith(COMPACT_PREFIX)]
+    if not merged or len(files) < 2:  # nearly always: nothing to open
+        return []
+    found = []
+    for info in merged:
         with _reading(info.base_name), filesystem.open_input_file(info.path) as handle:
             metadata = pq.ParquetFile(handle).schema_arrow.metadata or {}
-        recorded = json.loads(metadata.get(INPUTS_KEY, b"[]"))
-        for name in recorded:
+        for name in json.loads(metadata.get(INPUTS_KEY, b"[]")):
             if name in present and name != info.base_name:
-                filesystem.delete_file(present.pop(name).path)
-                deleted += 1
-    return deleted
+                found.append(present.pop(name))
+    return found
+
+
+def _recover(filesystem: Any, files: list[Any]) -> int:
+    """Deletes the inputs of a crashed run that are still next to its (complete) merged file. Returns how many."""
+    leftovers = already_merged(filesystem, files)
+    for info in leftovers:
+        filesystem.delete_file(info.path)
+    return len(leftovers)
+
+
+def readable_files(lake: str, dataset: str) -> list[str] | None:
+    """The files of `dataset` (paths relative to it) without the inputs a crashed compact left beside their merged
+    file, which a reader would count twice; None when there are none such (read the whole directory)."""
+    from pyarrow import fs
+
+    filesystem, root = _open_lake(lake, (dataset,))
+    every: list[str] = []
+    skipped = 0
+    for directory in _partitions(filesystem, root, (dataset,)):
+        listing = [
+            i
+            for i in filesystem.get_file_info(fs.FileSelector(directory))
+            if i.type == fs.FileType.File and i.base_name.startswith("part-") and i.base_name.endswith(".parquet")
+        ]
+        leftovers = {i.path for i in already_merged(filesystem, listing)}
+        skipped += len(leftovers)
+        every += [i.path.removeprefix(f"{root}/{dataset}/") for i in listing if i.path not in leftovers]
+    return every if skipped else None
 
 
 def _merge(filesystem: Any, directory: str, inputs: Sequence[InputFile], name: str) -> int:

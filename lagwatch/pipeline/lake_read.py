@@ -40,7 +40,7 @@ def read_snapshots(spark: Any, lake: str, since: float | None = None, until: flo
 
     from lagwatch.lake.codec import SNAPSHOT_COLUMNS
 
-    df = spark.read.schema(spark_schema(SNAPSHOT_COLUMNS)).parquet(f"{spark_uri(lake)}/snapshots")
+    df = _read(spark, lake, "snapshots", SNAPSHOT_COLUMNS)
     if since is not None:  # the date predicate prunes whole partitions before the rows are read
         df = df.where((F.col("date") >= date_of(since)) & (F.col("taken_at") >= since))
     if until is not None:
@@ -52,7 +52,23 @@ def read_config(spark: Any, lake: str) -> Any:
     """The lake's `config` rows (the configuration each daemon start recorded), every schema version."""
     from lagwatch.lake.codec import CONFIG_COLUMNS
 
-    return spark.read.schema(spark_schema(CONFIG_COLUMNS)).parquet(f"{spark_uri(lake)}/config")
+    return _read(spark, lake, "config", CONFIG_COLUMNS)
+
+
+def _read(spark: Any, lake: str, dataset: str, columns: Mapping[str, str]) -> Any:
+    """A dataset of the lake, without the files a crashed `compact` left beside their merged file (read with it,
+    every row of them counted twice: a report doubled every lag)."""
+    from lagwatch.pipeline.compact import readable_files
+
+    base = f"{spark_uri(lake)}/{dataset}"
+    reader = spark.read.schema(spark_schema(columns))
+    try:
+        files = readable_files(lake, dataset)
+    except Exception:  # no such dataset, a damaged merged file, a listing refused: Spark reads (and says) as before
+        files = None
+    if files is None:
+        return reader.parquet(base)
+    return reader.option("basePath", base).parquet(*(f"{base}/{f}" for f in files))
 
 
 def polls_per_cluster(snapshots: Any) -> list[Any]:
