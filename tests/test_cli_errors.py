@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,22 @@ WITHOUT_SPARK_EXTRA = (
 def test_the_cli_starts_without_the_spark_extra(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", WITHOUT_SPARK_EXTRA, *args], capture_output=True, text=True)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        ["backtest", "--lake", "{tmp}/lake", "--output", "{tmp}/out"],
+        ["report", "--lake", "{tmp}/lake", "--out", "{tmp}/out"],
+        ["offsets-topic", "--bootstrap-server", "127.0.0.1:9", "--out", "{tmp}/out"],
+    ],
+)
+def test_a_master_spark_would_not_take_is_one_line_before_anything_starts(job: list[str], tmp_path: Path) -> None:
+    """It failed only once the JVM had started: exit 1, a Java stack trace, and a last line that said the Java
+    gateway exited, not why (and offsets-topic asked the cluster first, and made its output directory)."""
+    (tmp_path / "lake" / "snapshots").mkdir(parents=True)
+    done = run_lagwatch("pipeline", *(a.format(tmp=tmp_path) for a in job), "--master", "garbage")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--master: 'garbage' is not a Spark master" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()

@@ -594,6 +594,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
+    from lagwatch.pipeline.jobs import default_master
+
+    default_master(args.master)  # a master Spark would not take: said before anything starts
     spark = None
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
         from pyspark.sql import SparkSession

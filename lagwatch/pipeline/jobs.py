@@ -116,8 +116,12 @@ def progress(message: str) -> None:
 
 
 def default_master(master: str | None) -> str | None:
-    """local[2] unless given, or unless spark-submit started this process (it has chosen the master)."""
+    """local[2] unless given, or unless spark-submit started this process (it has chosen the master). ConfigError
+    for a master Spark would not take (said before anything starts)."""
     if master is not None:
+        from lagwatch.pipeline.session import check_master
+
+        check_master(master)
         return master
     return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[2]"
 

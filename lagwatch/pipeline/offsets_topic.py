@@ -510,13 +510,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.retention_minutes is not None and args.retention_minutes <= 0:
         raise ConfigError(["--retention-minutes: must be a positive number of minutes"])
+    master = jobs.default_master(args.master)
     name, cluster = jobs.cluster_from_args(args)
     if args.config is not None:
         logs.configure("WARNING", "text", secrets=logs.secret_values(load_settings(args.config)))
     kafka_options(name, cluster)  # unsupported security: say so before starting anything
     jobs.check_out_dir(args.out)
     check_spark()
-    master = jobs.default_master(args.master)
     facts = cluster_facts(name, cluster, args.retention_minutes)  # unreachable: one line, before a JVM starts
     jobs.progress(f"starting Spark ({master or 'from spark-submit'}) with Spark's Kafka connector")
     spark = spark_session(master, "lagwatch-pipeline-offsets-topic", spark__ui__showConsoleProgress="true")

@@ -658,6 +658,9 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float | None, float |
 
 
 def run_job(args: argparse.Namespace) -> int:
+    from lagwatch.pipeline.jobs import default_master
+
+    default_master(args.master)  # a master Spark would not take: said first
     lake = _lake_of(args)
     since, until = _window(args, time.time())
     notifier = _digest_notifier(args.config, args.notify) if args.notify else None

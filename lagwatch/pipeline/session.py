@@ -10,11 +10,12 @@ the connector of this Spark version, its jars are given as `spark.jars` and noth
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from lagwatch.errors import LagwatchError
+from lagwatch.errors import ConfigError, LagwatchError
 
 SCALA = "2.13"
 JARS_ENV = "LAGWATCH_SPARK_JARS"
@@ -51,10 +52,26 @@ def check_spark() -> None:
         raise LagwatchError("Spark needs Java 17: install it (Debian: apt-get install openjdk-17-jre-headless)")
 
 
+# The masters Spark 4 takes (SparkContext.createTaskScheduler); anything else failed only once the JVM had started,
+# its stack trace printed, and the one line left said "Java gateway process exited".
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+, *\d+, *\d+\]|(spark|k8s)://\S+|yarn")
+
+
+def check_master(master: str) -> None:
+    if not _MASTER.fullmatch(master):
+        raise ConfigError(
+            [
+                f"--master: {master!r} is not a Spark master (local, local[N], local[*], spark://HOST:PORT, yarn, k8s://...)"
+            ]
+        )
+
+
 def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, **conf: str) -> Any:
     """The session (getOrCreate). `master` None leaves the master to spark-submit. `kafka` False: without the Kafka
     connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). Raises LagwatchError when
-    pyspark or Java is missing or the JVM does not start."""
+    pyspark or Java is missing or the JVM does not start, ConfigError for a master Spark would not take."""
+    if master is not None:
+        check_master(master)
     check_spark()
     import pyspark
     from pyspark.sql import SparkSession
