@@ -414,9 +414,20 @@ def _unlisted_gone(group_id: str, answers: GroupAnswers) -> bool:
 
 
 def _only_topics(group: GroupSnapshot, keep: Callable[[str], bool]) -> GroupSnapshot:
-    if all(keep(tp.topic) for tp in group.committed):
+    """The group without the partitions of topics the filter leaves out: neither their commits nor the members'
+    assignments of them (a partition assigned but not asked for showed as `no_commit`, its offsets unknown). The
+    members' subscriptions stay: they still say which offsets Kafka keeps."""
+    committed_kept = all(keep(tp.topic) for tp in group.committed)
+    members_kept = all(keep(tp.topic) for m in group.members for tp in m.assignment)
+    if committed_kept and members_kept:
         return group
-    return replace(group, committed={tp: c for tp, c in group.committed.items() if keep(tp.topic)})
+    committed = group.committed if committed_kept else {tp: c for tp, c in group.committed.items() if keep(tp.topic)}
+    members = (
+        group.members
+        if members_kept
+        else tuple(replace(m, assignment=tuple(tp for tp in m.assignment if keep(tp.topic))) for m in group.members)
+    )
+    return replace(group, committed=committed, members=members)
 
 
 def _int(value: str | None) -> int | None:
