@@ -1,3 +1,3 @@
-from lagwatch.cli import main
+from lagwatch.entry import main
 
 raise SystemExit(main())

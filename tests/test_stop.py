@@ -319,3 +319,23 @@ def test_a_second_ctrl_c_during_the_demos_stop_leaves_no_broker_running(tmp_path
         wait_for(lambda: not _left_running(temp), timeout=10, what="the broker's end")
     finally:
         _kill_left(temp)
+
+
+@pytest.mark.parametrize("after_s", [0.05, 0.15, 0.25, 0.35, 0.5])
+def test_ctrl_c_while_the_command_loads_is_quiet(tmp_path: Path, after_s: float) -> None:
+    """A Ctrl-C in the first half second (the CLI's modules loading) printed an import's traceback."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nhttp: {{enabled: false}}\nclusters: {{x: {{bootstrap_servers: '127.0.0.1:9'}}}}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lagwatch", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+    assert proc.returncode in (0, 130), (proc.returncode, err)

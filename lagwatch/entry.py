@@ -1,0 +1,21 @@
+"""The `lagwatch` command's entry point: a Ctrl-C while the CLI's modules load (pydantic, kafka-python: about half
+a second) stops quietly, as one later does, instead of printing an import's traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+
+def _stopped_while_loading(signum: int, frame: FrameType | None) -> None:
+    os.write(2, b"lagwatch: stopped while starting\n")
+    os._exit(130)  # nothing started yet: nothing to stop
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, _stopped_while_loading)
+    from lagwatch.cli import main as cli_main
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's own handling from here on
+    return cli_main()
