@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,7 @@ from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig
 from lagwatch.devbroker import LocalBroker, free_port
 from tests import kafka_scenario
-from tests.conftest import unique
+from tests.conftest import run_lagwatch, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -115,3 +117,33 @@ def test_the_demo_alerts_the_log_only_and_records_a_local_lake(
     assert started.notifiers.slack is None and not started.notifiers.webhooks and started.notifiers.log.enabled
     assert started.lake.enabled and "://" not in started.lake.path
     assert list(started.clusters) == ["local"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (["--data-dir", "{file}"], "--data-dir {file}: cannot keep the broker's data there: File exists", 2),
+        (["--port", "70000"], "--port 70000: not a TCP port (1-65535)", 2),
+        (["--port", "{taken}"], "--port {taken}: cannot listen on 127.0.0.1:{taken}: Address already in use", 2),
+        (["--set", "log.retention.hours=abc"], "Invalid value abc for configuration log.retention.hours", 1),
+    ],
+)
+def test_bad_dev_broker_input_is_one_line(
+    args: list[str], message: str, code: int, tmp_path: Path, kafka_libs: object
+) -> None:
+    """A file as --data-dir printed a traceback; a port another broker held printed that broker's bootstrap as its
+    own, then 'exited unexpectedly'; a bad --set said the last frame of a Java stack trace."""
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        values = {"file": file, "taken": port}
+        if "--port" not in args:
+            args = [*args, "--port", str(free_port())]
+        done = run_lagwatch("dev-broker", *(a.format(**values) for a in args), timeout=120)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines and message.format(**values) in lines[-1], done.stderr
+    assert "Traceback" not in done.stderr and "\tat " not in done.stderr

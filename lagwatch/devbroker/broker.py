@@ -55,6 +55,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class DevBrokerInputError(DevBrokerError):
+    exit_code = 2  # the port or directory given
+
+
+def _check_port_free(port: int) -> None:
+    """The broker's port, said to be taken before it starts: another broker there answered as this one (the
+    bootstrap printed, then 'exited unexpectedly'), and the bind failure was only in the broker's log."""
+    if not 0 < port < 65536:
+        raise DevBrokerInputError(f"--port {port}: not a TCP port (1-65535)")
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds: a port in TIME_WAIT is free
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            raise DevBrokerInputError(f"--port {port}: cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
+
+
 class LocalBroker:
     """One Kafka broker process. Use as a context manager, or start() and stop()."""
 
@@ -158,8 +175,10 @@ class LocalBroker:
             self._java("kafka.tools.StorageTool", *args), capture_output=True, text=True, start_new_session=True
         )
         if done.returncode != 0:
-            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
-            raise DevBrokerError(f"kafka storage format failed: {last}")
+            # The reason, not a Java stack trace's last frame (`--set log.retention.hours=abc` said "at kafka...").
+            lines = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()
+            reasons = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith(("at ", "..."))]
+            raise DevBrokerError(f"kafka storage format failed: {(reasons or lines)[0][:300]}")
         return done.stdout
 
     def start(self, timeout: float = 90.0) -> LocalBroker:
@@ -171,10 +190,16 @@ class LocalBroker:
         return self
 
     def _start(self, timeout: float) -> None:
+        _check_port_free(self.port)
         self.libs = ensure_kafka_jars(self.kafka_version, self.progress)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.data_dir / "server.properties"
-        props_file.write_text("".join(f"{k}={v}\n" for k, v in self.server_properties().items()))
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            props_file.write_text("".join(f"{k}={v}\n" for k, v in self.server_properties().items()))
+        except OSError as e:
+            raise DevBrokerInputError(
+                f"--data-dir {self.data_dir}: cannot keep the broker's data there: {e.strerror}"
+            ) from None
         if not (self.data_dir / "logs" / "meta.properties").exists():
             self._format(props_file)
         env = {**os.environ, "KAFKA_HEAP_OPTS": ""}
