@@ -74,8 +74,9 @@ class TlsConfig(_Strict):
     def _files_exist(self) -> TlsConfig:
         for name in ("ca_file", "cert_file", "key_file"):
             path = getattr(self, name)
-            if path is not None and not path.is_file():
-                raise ValueError(f"{name}: no such file {str(path)!r}")
+            problem = None if path is None else file_problem(path)
+            if problem is not None:
+                raise ValueError(f"{name}: {problem}")
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together")
         return self
@@ -258,13 +259,25 @@ def check_poll_interval(seconds: float) -> float:
         raise ValueError(str(e.errors()[0]["msg"])) from None
 
 
+def file_problem(path: Path) -> str | None:
+    """Why `path` is not a file to read, or None (a directory or a pipe was called 'no such file')."""
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"{str(path)!r} is a directory, not a file"
+    if path.exists():
+        return f"{str(path)!r} is not a regular file (a pipe or a device): give a file"
+    return f"no such file {str(path)!r}"
+
+
 def load_settings(config_file: Path | None = None, secrets_dir: Path | None = None, **overrides: Any) -> Settings:
     """Loads and validates everything; raises ConfigError with one line per problem, naming the field."""
     secrets_dir = secrets_dir or _env_path("LAGWATCH_SECRETS_DIR")
     extra: dict[str, Any] = {}
     if config_file is not None:
-        if not config_file.is_file():
-            raise ConfigError([f"config: no such file {str(config_file)!r}"])
+        problem = file_problem(config_file)
+        if problem is not None:
+            raise ConfigError([f"config: {problem}"])
         _check_yaml(config_file)
         extra["yaml_file"] = config_file
     if secrets_dir is not None:

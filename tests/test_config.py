@@ -66,6 +66,15 @@ def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
     assert done.returncode == 2 and "invalid YAML" in done.stderr and "broken.yaml:" in done.stderr
     done = run_lagwatch("validate", "--config", str(tmp_path / "nope.yaml"))
     assert done.returncode == 2 and "no such file" in done.stderr
+    # A directory or a device was called "no such file" too.
+    done = run_lagwatch("validate", "--config", str(tmp_path))
+    assert done.returncode == 2 and "is a directory, not a file" in done.stderr, done.stderr
+    done = run_lagwatch("validate", "--config", "/dev/null")
+    assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
+    ca = tmp_path / "ca.yaml"
+    ca.write_text(f"clusters: {{x: {{bootstrap_servers: 'h:1', security: {{tls: {{ca_file: '{tmp_path}'}}}}}}}}\n")
+    done = run_lagwatch("validate", "--config", str(ca))
+    assert done.returncode == 2 and "ca_file: " in done.stderr and "is a directory" in done.stderr, done.stderr
 
 
 def test_sasl_password_required(tmp_path: Path) -> None:
