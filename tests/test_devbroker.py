@@ -114,6 +114,8 @@ def test_the_demo_alerts_the_log_only_and_records_a_local_lake(
     )
     with ExitStack() as cleanup:
         started = demo.start_demo(settings, cleanup)
+        assert started.state_dir.is_dir()
+    assert not started.state_dir.exists()  # its state goes with it (every run left a directory in /tmp)
     assert started.notifiers.slack is None and not started.notifiers.webhooks and started.notifiers.log.enabled
     assert started.lake.enabled and "://" not in started.lake.path
     assert list(started.clusters) == ["local"]

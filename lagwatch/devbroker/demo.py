@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,10 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
     rules = type(settings.rules).model_validate(base)
     alerts = settings.alerts.model_copy(update={"group_wait_s": 5, "group_interval_s": 30})
     state_dir = Path(mkdtemp(prefix="lagwatch-demo-state-"))
+    # The demo's state is of the demo's broker, gone with it: each run left a directory in /tmp.
+    cleanup.callback(shutil.rmtree, state_dir, ignore_errors=True)
+    if on_hard_exit is not None:
+        on_hard_exit.append(lambda: shutil.rmtree(state_dir, ignore_errors=True))
     return settings.model_copy(
         update={
             "clusters": {
