@@ -134,6 +134,17 @@ def test_auth(tmp_path: Path) -> None:
     assert client.get("/healthz").status_code in (200, 503)  # open; not started here, so 503 (tested elsewhere)
 
 
+def test_a_json_body_sent_as_a_form_says_which_content_type_is_needed(client: TestClient) -> None:
+    """`curl -d '{...}'` sends a form's Content-Type: the answer said only that a JSON object was required."""
+    body = b'{"matchers": {"group": "g1"}, "ends_at": "2999-01-01T00:00:00Z"}'
+    form = {**auth(WRITE), "Content-Type": "application/x-www-form-urlencoded"}
+    answer = client.post("/api/v1/silences", content=body, headers=form)
+    assert answer.status_code == 400
+    assert "Content-Type: application/json (not application/x-www-form-urlencoded)" in answer.json()["error"]
+    json_type = {**auth(WRITE), "Content-Type": "application/json"}
+    assert client.post("/api/v1/silences", content=body, headers=json_type).status_code == 201
+
+
 def test_writes_need_the_write_token(client: TestClient) -> None:
     body = {"matchers": {"group": "g1"}, "ends_at": future()}
     assert client.post("/api/v1/silences", json=body).json() == {"error": "missing bearer token"}

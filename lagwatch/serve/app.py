@@ -122,13 +122,17 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "body"
 
 
-def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     err = exc.errors()[0]
     kind, loc = err["type"], tuple(err["loc"])
     if kind == "json_invalid":
         return _error(400, f"body: invalid JSON ({err.get('ctx', {}).get('error', 'undecodable')})")
     if loc == ("body",):  # no body, or one that is not a JSON object (an array, a string, another content type)
+        media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media and media != "application/json" and not media.endswith("+json"):
+            # curl -d sends application/x-www-form-urlencoded: the body was never read as JSON
+            return _error(400, f"body: a JSON object is required, sent as Content-Type: application/json (not {media})")
         return _error(400, "body: a JSON object is required")
     message = f"{_field(loc)}: {str(err['msg']).removeprefix('Value error, ')}"
     return _error(422 if kind == "extra_forbidden" else 400, message)
