@@ -95,3 +95,18 @@ def test_reader_denied_says_so_once_and_the_daemon_goes_on(caplog: pytest.LogCap
         assert sum("exact commit clocks unavailable" in r.getMessage() for r in caplog.records) == 1
     finally:
         reader.stop()
+
+
+@pytest.mark.parametrize("request_timeout_s", [0.4, 600])
+def test_every_request_timeout_the_config_takes_reads_the_offsets_topic(
+    bootstrap: str, request_timeout_s: float
+) -> None:
+    """`request_timeout_s: 540` to 600 (and under 0.5) passed validation, then KafkaConsumer refused its own
+    settings (idle timeout > request timeout > fetch wait): the exact clocks were off from the start."""
+    kafka_scenario.stopped_group(bootstrap, unique("timeouts"), {0: 1}, {0: 1})  # __consumer_offsets exists
+    config = ClusterConfig(bootstrap_servers=[bootstrap], request_timeout_s=request_timeout_s)
+    reader = OffsetsTopicReader("c", config, Collected().sink).start()
+    try:
+        wait_for(lambda: reader.status().state is ReaderState.LIVE, timeout=30, what="reader to catch up")
+    finally:
+        reader.stop()

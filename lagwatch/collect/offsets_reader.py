@@ -119,8 +119,13 @@ class OffsetsTopicReader:
     def _open(self) -> Any:
         options = admin_client_options(self.name, self.config)
         options.pop("bootstrap_timeout_ms", None)
+        timeout_ms = options["request_timeout_ms"]
         consumer = self._consumer_factory(
             **options,
+            # KafkaConsumer requires idle timeout > request timeout > fetch wait: request_timeout_s of 540 and up
+            # (and under 0.5) turned the exact clocks off with a KafkaConfigurationError.
+            connections_max_idle_ms=max(540_000, timeout_ms + 60_000),
+            fetch_max_wait_ms=min(500, timeout_ms // 2),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
