@@ -116,8 +116,9 @@ def test_a_silence_on_an_announced_alert_keeps_its_message_and_still_tells_its_e
 
 def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_silence_ends() -> None:
     """A notification sent while an alert is silenced shows only the live ones: the silenced alert leaves the
-    receiver's view with it. When its silence ends and it still fires, it is news: an update of the message (it was
-    dropped from it), or a new incident once the message said "resolved"."""
+    receiver's view with it, told as ended and marked muted (left out without a word, a receiver that keeps alerts
+    by key had it firing for good). When its silence ends and it still fires, it is news: an update of the message
+    (it was dropped from it), or a new incident once the message said "resolved"."""
     from lagwatch.alerts.book import Silence
 
     stalled = finding("stalled", severity="critical")
@@ -125,7 +126,11 @@ def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_
     assert step(b, [stalled, finding()], 0) == ["firing"]
     b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
     notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900), b.due(900))[1]
-    assert [n.kind for n in notes] == ["update"] and [a["rule"] for a in notes[0].alerts] == ["lag"]
+    assert [n.kind for n in notes] == ["update"]
+    assert [(a["rule"], a["state"], a.get("muted")) for a in notes[0].alerts] == [
+        ("lag", "firing", None),
+        ("stalled", "resolved", True),
+    ]
     notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 3600), b.due(3600))[1]
     assert [n.kind for n in notes] == ["update"] and sorted(a["rule"] for a in notes[0].alerts) == ["lag", "stalled"]
 
@@ -255,7 +260,9 @@ def test_an_announced_alert_that_comes_back_pending_and_goes_gets_its_resolved()
 def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
     """`oncall` takes everything, `team-chat` only `stalled`. `stopped` comes and inhibits `stalled`: `oncall`'s
     message becomes `stopped`; `team-chat`, routed nothing of it, forgot `stalled` and never heard of its end:
-    its message stayed firing for good. An inhibited alert stays the receiver's, and its end is told."""
+    its message stayed firing for good. An inhibited alert stays the receiver's, and its end is told; `oncall`,
+    sent an update while it is inhibited, is told there that it ended, marked muted (its webhook or Alertmanager
+    kept it firing otherwise)."""
     from lagwatch.alerts.book import Receiver
 
     b = book(
@@ -271,7 +278,10 @@ def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
 
     stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
     assert sent([stalled], 0) == [("oncall", "firing", ["stalled"]), ("team-chat", "firing", ["stalled"])]
-    assert sent([stalled, stopped], 60) == [("oncall", "update", ["stopped"])]
+    b.apply("c", [stalled, stopped], frozenset(), 60)
+    assert [(n.receiver, n.kind, [(a["rule"], a["state"], a.get("muted")) for a in n.alerts]) for n in b.due(60)] == [
+        ("oncall", "update", [("stopped", "firing", None), ("stalled", "resolved", True)])
+    ]
     assert sent([stalled, stopped], 120) == []  # muted for team-chat: no news while it is inhibited
     assert sent([stopped], 180) == [("team-chat", "resolved", ["stalled"])]
     assert sent([], 240) == [("oncall", "resolved", ["stopped"])]
@@ -337,3 +347,16 @@ def test_labels_changed_and_changed_back_carry_the_incident_on() -> None:
     assert b.relabel(lambda a: (f.labels, suffix(dict(f.labels))), 120) == 1
     firing = [a for a in b.alerts.values() if a.state == "firing"]
     assert [(a.labels, a.fired_at) for a in firing] == [({"cluster": "c", "group": "g"}, 60)]
+
+
+def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_resolved() -> None:
+    from lagwatch.alerts.book import Silence
+    from lagwatch.notify import render
+
+    stalled = finding("stalled", severity="critical")
+    b = book(group_wait_s=0)
+    assert step(b, [stalled, finding()], 0) == ["firing"]
+    b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
+    b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900)
+    text = str(render.blocks(b.due(900)[0], None))
+    assert "*stalled* (:zzz: muted)" in text and "resolved" not in text

@@ -436,9 +436,12 @@ class AlertBook:
                 if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
                     self._record(group, r, current, now)
                     continue
-                # A notification shows what is live: muted alerts leave the receiver's view with it (when their
-                # silence ends, they are news again: an update, or a new incident after a "resolved").
-                out.append(self._notify(group, r, kind, firing, left, now))
+                # A notification shows what is live: muted alerts leave the receiver's view with it, told as ended
+                # (marked muted): left out without a word, a receiver that keeps alerts by key (a webhook, an
+                # Alertmanager until its endsAt, 6 h) had them firing long after they ended. When their mute ends,
+                # they are news again: an update, or a new incident after a "resolved".
+                hushed = [a for a in alerts if a.key in muted and a.key in told] if muted else []
+                out.append(self._notify(group, r, kind, firing, left, now, hushed))
                 self._record(group, r, current, now)
         for (r, cluster), firsts in starting.items():
             storm = self.storms.get(f"storm|{r}|{cluster}")
@@ -555,21 +558,29 @@ class AlertBook:
         return None
 
     def _notify(
-        self, group: AlertGroup, receiver: str, kind: str, firing: list[Alert], left: list[Alert], now: float
+        self,
+        group: AlertGroup,
+        receiver: str,
+        kind: str,
+        firing: list[Alert],
+        left: list[Alert],
+        now: float,
+        muted: Sequence[Alert] = (),
     ) -> Notification:
         self.sequence += 1
         told = group.notified.get(receiver, {})  # before this notification is recorded
         # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
         # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
-        # the one it has.
+        # the one it has. Muted ones (silenced, inhibited) end for it too, marked so.
         resolved = [
             {
                 **_as_dict(a),
                 "state": "resolved",
                 "severity": told.get(a.key, a.severity),
                 "resolved_at": a.resolved_at if a.state == "resolved" else now,
+                **({"muted": True} if hush else {}),
             }
-            for a in sorted(left, key=lambda a: a.key)
+            for a, hush in sorted([*((a, False) for a in left), *((a, True) for a in muted)], key=lambda x: x[0].key)
         ]
         alerts = []
         for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key)):

@@ -94,7 +94,10 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
         out.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(storm_text(n))}})
     shown = list(n.alerts)[:MAX_ALERT_SECTIONS]
     for a in shown:
-        mark = ":white_check_mark: resolved" if a["state"] == "resolved" else a["severity"]
+        if a["state"] != "resolved":
+            mark = a["severity"]
+        else:  # a muted one (silenced, inhibited) left the message, still firing
+            mark = ":zzz: muted" if a.get("muted") else ":white_check_mark: resolved"
         lines = [f"*{a['rule']}* ({mark}): {a['summary']}", *_figures(a)]
         if a.get("runbook_url"):
             lines.append(f"<{a['runbook_url']}|Runbook>")
