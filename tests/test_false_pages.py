@@ -1290,3 +1290,33 @@ def test_a_consumer_back_from_a_hang_is_not_falling_behind() -> None:
     for t in times(0, 200, seed=6):  # a consumer that stays, at half the production rate: still paged
         slow.step(snapshot(t, [group("g", committed={TP: int(10 * t)})], {TP: int(20 * t)}))
     assert [n.kind for n in slow.sent if any(a["rule"] == "falling_behind" for a in n.alerts)][:1] == ["firing"]
+
+
+def _sink_through_an_outage(p: Pipeline, hang_after: float | None = None) -> None:
+    """10 records/s, a sink that flushes every 100 s (its cadence not learnt yet: its third flush); the broker down
+    from 212 to 322 s (two polls after a flush saw records waiting): the flush at 300 fails, the next is at 400.
+    From `hang_after` on it flushes nothing more (members still there)."""
+    for t in times(0, 1200):
+        if 212 <= t < 322:
+            p.step(snapshot(t, [], {}, error="connection refused"))
+            continue
+        flushed = max(0.0, t - t % 100)
+        if flushed == 300:
+            flushed = 200  # its flush failed with the broker down
+        if hang_after is not None:
+            flushed = min(flushed, hang_after - hang_after % 100)
+        p.step(snapshot(t, [group("sink", committed={TP: int(10 * flushed)})], {TP: int(10 * t)}))
+
+
+def test_a_sink_is_not_stalled_by_the_wait_a_broker_outage_imposed() -> None:
+    """Records wait for a sink's flush; a broker outage holds that flush too. Their wait was counted across the
+    outage: the sink was paged `stalled` (critical) a minute after the broker came back, and resolved at its next
+    flush. Only what lagwatch watched without a gap counts; a sink that hangs is still paged after the outage."""
+    rules = {"stalled": {"window_s": 60}, "lag": {"enabled": False}, "falling_behind": {"enabled": False}}
+    healthy = pipeline(**rules)
+    _sink_through_an_outage(healthy)
+    assert notified(healthy, "sink") == []
+    hung = pipeline(**rules)
+    _sink_through_an_outage(hung, hang_after=700)
+    fired = [n.created_at for n in hung.sent if n.group_labels.get("group") == "sink" and n.kind == "firing"]
+    assert fired and 880 <= fired[0] <= 930, fired  # twice its cadence (about 95 s) after its last flush

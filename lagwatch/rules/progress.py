@@ -8,6 +8,7 @@ its alert as it is, neither firing nor resolving it, until fresh polls cover the
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 
 from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold, trusted_cadence
@@ -203,7 +204,10 @@ def _stalled_partition(
         since = ctx.history.waiting_since(progress, tp, newest, committed, last.since)
         if since is None:
             return
-        if ctx.now - max(since, last.since) < wait:
+        # Only what lagwatch watched without a gap counts: a broker outage held the consumer's commit too (a sink
+        # flushing every 100 s was paged a minute after a 2-minute outage, its wait counted across it).
+        watched = ctx.evidence_since
+        if ctx.now - max(since, last.since, -math.inf if watched is None else watched) < wait:
             return
     elif ctx.now - last.since < wait:
         return
