@@ -1320,3 +1320,23 @@ def test_a_sink_is_not_stalled_by_the_wait_a_broker_outage_imposed() -> None:
     _sink_through_an_outage(hung, hang_after=700)
     fired = [n.created_at for n in hung.sent if n.group_labels.get("group") == "sink" and n.kind == "firing"]
     assert fired and 880 <= fired[0] <= 930, fired  # twice its cadence (about 95 s) after its last flush
+
+
+@pytest.mark.parametrize("how", ["a record arrives", "an operator resets it to the earliest offset"])
+def test_an_empty_group_is_stopped_once_it_has_lagged_for_the_window_not_at_once(how: str) -> None:
+    """`stopped` is "Empty with lag for window_s": it measured only how long the group had been Empty, so a group
+    stopped long ago on a quiet topic was paged critical the moment one record arrived, and an operator's reset
+    (which needs the group Empty) was paged with its `rewind` before the consumer could be started again."""
+    p = pipeline(lag={"enabled": False}, stopped={"window_s": 30})
+    end = committed = 1000
+    changed_at = 300.0
+    for t in times(0, 600):
+        if t >= changed_at:
+            if how == "a record arrives":
+                end = 1001
+            else:
+                committed = 0
+        p.step(snapshot(t, [group("q", committed={TP: committed}, state="Empty", members=0)], {TP: end}))
+    fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
+    assert fired, p.sent
+    assert changed_at + 30 - INTERVAL <= fired[0] <= changed_at + 30 + 2 * INTERVAL, fired

@@ -322,6 +322,11 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stopped")
             return
+        if not _lag_through(ctx, window):
+            # Empty a long time, and records only now: "Empty with lag for the window" (one record on a quiet
+            # topic, or an operator's reset, which needs the group Empty, paged critical at once).
+            ctx.hold("stopped")
+            return
         why = f"no members for {duration(ctx.now - since)}" + ("" if clock and clock.observed else " or more")
     else:
         # Members are back. A consumer crash-looping is seen so between its Empty spells: a firing `stopped` is
@@ -341,6 +346,33 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         for_s=rules.stopped.for_s,
         runbook_url=rules.stopped.runbook_url,
     )
+
+
+def _lag_through(ctx: GroupContext, window: float) -> bool:
+    """Whether some partition of the group had records waiting at its committed offset, unchanged, at every poll
+    of the last `window` seconds. The window's slices where every poll sampled it (nearly always), the run of
+    polls that saw records waiting otherwise."""
+    assert ctx.track is not None
+    history = ctx.history
+    start = history.window_start(ctx.now - window)
+    if start is None:
+        return False
+    newest = history.poll_times_first + len(history.poll_times) - 1
+    committed_now = ctx.group.committed
+    for tp, progress in ctx.track.partitions.items():
+        aligned = history.aligned_window(progress, tp, start)
+        if aligned is not None:
+            committed, ends = aligned
+            if min(committed) == max(committed) and min(ends) > committed[0]:
+                return True
+            continue
+        row, last = committed_now.get(tp), progress.last_commit_change
+        if row is None:
+            continue
+        since = history.waiting_since(progress, tp, newest, row.offset, -math.inf if last is None else last.since)
+        if since is not None and since <= ctx.now - window:
+            return True
+    return False
 
 
 def _since_last_commit(ctx: GroupContext) -> float | None:
