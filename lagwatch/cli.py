@@ -48,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--config", type=Path, help="YAML configuration file (every cluster in it)")
     check.add_argument("--group", help="regex the group id must match (whole id)")
     check.add_argument("--output", choices=["table", "json"], default="table")
-    check.add_argument("--timeout", type=float, default=15.0, help="request timeout in seconds")
+    check.add_argument(
+        "--timeout", type=float, help="request timeout in seconds (default 15; with --config, the clusters' own)"
+    )
     check.set_defaults(func=_cmd_check)
 
     validate = sub.add_parser("validate", help="check a configuration file and summarise it")
@@ -87,15 +89,20 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _check_targets(args: argparse.Namespace) -> dict[str, ClusterConfig]:
+    timeout = 15.0 if args.timeout is None else args.timeout
     if args.config is not None:
         clusters = dict(load_settings(args.config).clusters)
         if not clusters:
             raise ConfigError(["clusters: no cluster configured"])
+        if args.timeout is not None:  # it was ignored: a check took the config's 30 s where 2 were asked for
+            try:
+                ClusterConfig(bootstrap_servers=["127.0.0.1:1"], request_timeout_s=timeout)
+            except ValidationError as e:
+                raise ConfigError([f"--timeout: {e.errors()[0]['msg']}"]) from None
+            clusters = {n: c.model_copy(update={"request_timeout_s": timeout}) for n, c in clusters.items()}
     else:
         try:
-            clusters = {
-                "default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=args.timeout)
-            }
+            clusters = {"default": ClusterConfig(bootstrap_servers=args.bootstrap_server, request_timeout_s=timeout)}
         except ValidationError as e:
             # Named by the option the field came from (a --timeout of 0 was reported as --bootstrap-server's).
             options = {"request_timeout_s": "--timeout", "bootstrap_servers": "--bootstrap-server"}

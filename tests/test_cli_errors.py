@@ -79,3 +79,23 @@ def test_a_master_spark_would_not_take_is_one_line_before_anything_starts(job: l
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--master: 'garbage' is not a Spark master" in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_check_timeout_applies_to_a_config_file_too(tmp_path: Path) -> None:
+    """`check --config F --timeout 2` waited the config's 30 s on a broker that never answers: --timeout was
+    silently ignored with --config."""
+    import time
+
+    with socket.socket() as silent:  # accepts connections, answers nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        config = tmp_path / "c.yaml"
+        port = silent.getsockname()[1]
+        config.write_text(f"clusters: {{x: {{bootstrap_servers: '127.0.0.1:{port}', request_timeout_s: 30}}}}\n")
+        started = time.monotonic()
+        done = run_lagwatch("check", "--config", str(config), "--timeout", "2")
+        took = time.monotonic() - started
+    assert done.returncode == 1 and "unreachable" in done.stderr, done.stderr
+    assert took < 10, took
+    bad = run_lagwatch("check", "--config", str(config), "--timeout", "0")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("lagwatch: config error: --timeout")
