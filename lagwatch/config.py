@@ -6,6 +6,7 @@ Clusters are keyed by name, so that `LAGWATCH_CLUSTERS__PROD__SECURITY__SASL__PA
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -127,7 +129,8 @@ class CheckpointConsumerConfig(_Strict):
 
 
 class ClusterConfig(_Strict):
-    bootstrap_servers: list[str] = Field(min_length=1)
+    # NoDecode: "k1:9092,k2:9092" from the environment was taken for JSON and refused (a JSON list still works).
+    bootstrap_servers: Annotated[list[str], NoDecode] = Field(min_length=1)
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     groups: NameFilter = Field(default_factory=NameFilter)
     topics: NameFilter = Field(default_factory=NameFilter)
@@ -155,6 +158,11 @@ class ClusterConfig(_Strict):
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
+            if value.strip().startswith("["):  # a JSON list, as complex settings take from the environment
+                try:
+                    return json.loads(value)
+                except ValueError:
+                    raise ValueError("not a JSON list of host:port") from None
             return [s.strip() for s in value.split(",") if s.strip()]
         return value
 

@@ -203,3 +203,22 @@ def test_a_webhook_url_is_a_secret_and_must_be_http(tmp_path: Path) -> None:
         notifiers={"webhooks": {"ops": {"url": "https://" + url}}},
     )
     assert "https://" + url in logs.secret_values(settings)
+
+
+@pytest.mark.parametrize(
+    ("value", "servers"),
+    [
+        ("k1:9092,k2:9092", ["k1:9092", "k2:9092"]),
+        ("k1:9092", ["k1:9092"]),
+        ('["k1:9092", "k2:9092"]', ["k1:9092", "k2:9092"]),
+    ],
+)
+def test_bootstrap_servers_from_the_environment_as_documented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, servers: list[str]
+) -> None:
+    """A comma-separated string (the README's form) from the environment was taken for JSON and refused, naming
+    neither the variable nor the field; a JSON list still works."""
+    config = tmp_path / "c.yaml"
+    config.write_text("clusters: {prod: {bootstrap_servers: ['a:1']}}\n")
+    monkeypatch.setenv("LAGWATCH_CLUSTERS__PROD__BOOTSTRAP_SERVERS", value)
+    assert load_settings(config).clusters["prod"].bootstrap_servers == servers
