@@ -108,6 +108,18 @@ def test_lagwatch_webhook_body_and_bearer_token(receiver: Receiver) -> None:
     assert done["kind"] == "resolved" and done["alerts"][0]["resolved_at"] == 160.0
 
 
+def test_credentials_in_the_url_are_sent_as_basic_auth(receiver: Receiver) -> None:
+    """`http://user:pw@host/hook` validated, then never arrived: urllib took `user:pw@host` for the host name."""
+    import base64
+
+    firing, _ = notifications()
+    url = receiver.url.replace("http://", "http://ops%40team:s3cr%3At@") + "/hook"
+    WebhookNotifier("webhook:ops", WebhookConfig(url=url)).send(firing, None)
+    ((path, headers, body),) = receiver.requests
+    assert path == "/hook" and body["kind"] == "firing"
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"ops@team:s3cr:t").decode()
+
+
 def test_alertmanager_push(receiver: Receiver) -> None:
     firing, resolved = notifications()
     am = WebhookNotifier("webhook:am", WebhookConfig(url=receiver.url, format="alertmanager"), alertmanager_hold_s=600)

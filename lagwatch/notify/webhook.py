@@ -9,12 +9,14 @@ The lagwatch webhook body (schema version 1):
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from lagwatch.alerts import Notification
 from lagwatch.notify.base import Deadline, PermanentError, RetryableError, call_deadline_s, http_status_error
@@ -96,11 +98,14 @@ class WebhookNotifier:
         self._post(self.config.url, {"version": 1, "kind": "digest", "title": title, "lines": lines})
 
     def _post(self, url: str, body: Any) -> None:
+        url, basic = _basic_auth(url)
         request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         request.add_header("Content-Type", "application/json")
         request.add_header("User-Agent", "lagwatch")
         if self.config.bearer_token is not None:
             request.add_header("Authorization", f"Bearer {self.config.bearer_token.get_secret_value()}")
+        elif basic is not None:
+            request.add_header("Authorization", basic)
 
         def call() -> None:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
@@ -114,3 +119,14 @@ class WebhookNotifier:
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             # Refused, reset, timed out, DNS, a garbled answer: the receiver may be back later.
             raise RetryableError(f"webhook {self.name}: {getattr(e, 'reason', None) or type(e).__name__}") from None
+
+
+def _basic_auth(url: str) -> tuple[str, str | None]:
+    """`http://user:pw@host/...` as the URL without its credentials and their Basic authorization header: urllib
+    took `user:pw@host` for the host name ("Name or service not known", at every retry)."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, None
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return bare, "Basic " + base64.b64encode(credentials.encode()).decode()
