@@ -174,6 +174,8 @@ def _cmd_notify_test(args: argparse.Namespace) -> int:
                 [f"--notifier: {args.notifier!r} is not configured (configured: {', '.join(notifiers) or 'none'})"]
             )
         notifiers = {args.notifier: notifiers[args.notifier]}
+    if not notifiers:  # it printed nothing and exited 0: as if every notifier had worked
+        raise ConfigError(["notifiers: none is configured (or every one is disabled): nothing to test"])
     book = AlertBook(settings.alerts.model_copy(update={"group_wait_s": 0}))
     labels = {"cluster": "notify-test", "group": "lagwatch-notify-test", "topic": "example"}
     sample = Finding(

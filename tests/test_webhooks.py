@@ -200,6 +200,10 @@ def test_notify_test_command(tmp_path: Path) -> None:
         )
         done = run_lagwatch("notify-test", "--config", str(config), "--notifier", "pager", env=env)
         assert done.returncode == 2 and "--notifier: 'pager' is not configured" in done.stderr
+        # Nothing configured: it printed nothing and exited 0, as if every notifier had worked.
+        (tmp_path / "none.yaml").write_text("notifiers: {log: {enabled: false}}\n")
+        done = run_lagwatch("notify-test", "--config", str(tmp_path / "none.yaml"))
+        assert done.returncode == 2 and "notifiers: none is configured" in done.stderr, done.stderr
     finally:
         slack.stop()
 
