@@ -259,6 +259,21 @@ def _unknown_variables() -> list[str]:
     return out
 
 
+def _unknown_secret_files(secrets_dir: Path) -> list[str]:
+    """Files of the secrets directory shaped like a nested setting that name no setting: a misspelt one
+    (notifers__slack__token) was ignored without a word, where the same variable is an error. Kubernetes' own
+    entries (`..data`, dot-names) are not settings."""
+    fields = {name.lower() for name in Settings.model_fields}
+    out = []
+    for entry in sorted(secrets_dir.iterdir()):
+        head, sep, _ = entry.name.lower().partition("__")
+        if not entry.name.startswith(".") and sep and head not in fields:
+            out.append(
+                f"secrets_dir: {entry.name}: no such setting ({head!r}; the settings are {', '.join(sorted(fields))})"
+            )
+    return out
+
+
 def check_poll_interval(seconds: float) -> float:
     """The same bounds as `poll_interval_s` in the config (for `run --interval`); ValueError says why not."""
     try:
@@ -293,7 +308,7 @@ def load_settings(config_file: Path | None = None, secrets_dir: Path | None = No
             raise ConfigError([f"secrets_dir: no such directory {str(secrets_dir)!r}"])
         extra["secrets_dir"] = secrets_dir
     loaded_cls = type("LoadedSettings", (Settings,), {"model_config": {**Settings.model_config, **extra}})
-    unknown = _unknown_variables()
+    unknown = _unknown_variables() + (_unknown_secret_files(secrets_dir) if secrets_dir is not None else [])
     if unknown:
         raise ConfigError(unknown)
     try:

@@ -222,3 +222,20 @@ def test_bootstrap_servers_from_the_environment_as_documented(
     config.write_text("clusters: {prod: {bootstrap_servers: ['a:1']}}\n")
     monkeypatch.setenv("LAGWATCH_CLUSTERS__PROD__BOOTSTRAP_SERVERS", value)
     assert load_settings(config).clusters["prod"].bootstrap_servers == servers
+
+
+def test_a_misspelt_secret_file_is_an_error_like_a_misspelt_variable(tmp_path: Path) -> None:
+    """`notifers__slack__token` in the secrets directory was ignored without a word (Slack then had no token, or the
+    demo started); the same name as a variable is an error. Kubernetes' own entries are not settings."""
+    from lagwatch.errors import ConfigError
+
+    path = tmp_path / "c.yaml"
+    path.write_text(SASL_YAML)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "clusters__prod__security__sasl__password").write_text("pw")
+    (secrets / "..data").mkdir()  # as a mounted Secret has
+    assert load_settings(path, secrets_dir=secrets).clusters["prod"].security.sasl is not None
+    (secrets / "notifers__slack__token").write_text("xoxb-1")
+    with pytest.raises(ConfigError, match="secrets_dir: notifers__slack__token: no such setting"):
+        load_settings(path, secrets_dir=secrets)
