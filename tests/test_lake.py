@@ -323,3 +323,30 @@ def test_one_lake_setting_serves_pyarrow_and_spark() -> None:
         "s3a://bucket/lake?region=eu-west-1"  # a region given: nothing is asked of the network
     )
     assert type(filesystem).__name__ == "S3FileSystem" and root == "bucket/lake"
+
+
+def test_the_recorded_configuration_is_replayed_as_it_was_in_force_at_each_time(tmp_path: Path) -> None:
+    """The daemon ran with a lag warning at 50 records, then was restarted with 5,000. `recorded` replayed the
+    whole range under the last configuration: the alert the daemon raised and resolved in the first half was
+    never there. Each configuration now applies from its daemon start on."""
+    from lagwatch.pipeline.backtest import RECORDED, Candidate, ClusterParams, replay
+
+    alerts = {"group_wait_s": 0, "group_interval_s": 0}
+    low = {"lag": {"warning": {"offsets": 50}, "critical": {"offsets": 10**8}, "for_s": 0}}
+    high = {"lag": {"warning": {"offsets": 5000}, "critical": {"offsets": 10**8}, "for_s": 0}}
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(tmp_path / "lake")))
+    daemon = Pipeline(low, alerts)
+    for i in range(60):
+        t = T0 + i * 10
+        snap = snapshot(t, [group("g", {TP: 0})], {TP: 1000})  # 1,000 behind throughout
+        writer.record(snap, daemon.step(snap), daemon.book)
+    writer.flush()
+    rows = read(tmp_path / "lake", "snapshots").to_pandas().to_dict("records")
+    timeline = [
+        ClusterParams(90.0, False, low, alerts, recorded_at=T0 - 1),
+        ClusterParams(90.0, False, high, alerts, recorded_at=T0 + 300),  # restarted with 5,000
+    ]
+    replayed = [r for r in replay("c", rows, [Candidate(RECORDED, None, None)], timeline) if r["kind"] == "alert"]
+    assert [(r["rule"], r["fired_at"], r["resolved_at"]) for r in replayed] == [("lag", T0, T0 + 300)]
+    only_last = [r for r in replay("c", rows, [Candidate(RECORDED, None, None)], timeline[1:]) if r["kind"] == "alert"]
+    assert only_last == []  # what the last configuration alone gives

@@ -413,3 +413,35 @@ def test_report_arguments_are_checked_before_spark_or_any_directory(tmp_path: Pa
     (tmp_path / "file").write_text("")
     with pytest.raises(LagwatchError, match=r"--out .*file: not a directory"):
         run_report(str(tmp_path / "lake"), str(tmp_path / "file"))
+
+
+@pytest.mark.spark
+def test_the_report_judges_each_poll_by_the_thresholds_then_in_force(tmp_path: Path, spark: Any) -> None:
+    """The daemon ran with a warning at 50 records, then was restarted with 5,000. The report took the last
+    configuration recorded for the whole range: the first half's time over warning (and its incident) vanished.
+    The backtest's `recorded` takes them in their time as well (both read the same timeline)."""
+    from lagwatch.pipeline.backtest import _params
+    from lagwatch.pipeline.report import run_report
+
+    low = {"lag": {"warning": {"offsets": 50}, "critical": {"offsets": 10**8}}}
+    high = {"lag": {"warning": {"offsets": 5000}, "critical": {"offsets": 10**8}}}
+    now = [T0 - 1]
+    pipeline = Pipeline(rules=low, max_gap_s=3 * POLL_S)
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(tmp_path / "lake"), retention_days=0), clock=lambda: now[0])
+    writer.record_config("c", low, {"group_wait_s": 0}, 3 * POLL_S, False, POLL_S, pipeline.book)
+    tp = TopicPartition("orders", 0)
+    for i in range(20):
+        now[0] = T0 + i * POLL_S
+        if i == 10:  # restarted with the higher threshold
+            writer.record_config("c", high, {"group_wait_s": 0}, 3 * POLL_S, False, POLL_S, pipeline.book)
+            now[0] += 1  # its first poll a second after
+        snap = snapshot(now[0], [group("g", {tp: 0})], {tp: 1000})  # 1,000 behind throughout
+        writer.record(snap, pipeline.step(snap), pipeline.book)
+    writer.flush()
+    timeline = _params(spark, str(tmp_path / "lake"), None)["c"]
+    assert [p.rules for p in timeline] == [low, high]
+    report = run_report(str(tmp_path / "lake"), str(tmp_path / "out"), spark=spark)
+    (row,) = report.group_daily.itertuples()
+    assert row.polls == 20 and row.share_over_warning == 0.5
+    (incident,) = report.incidents.itertuples()
+    assert incident.started_at == T0 and incident.ended_at == T0 + 10 * POLL_S + 1

@@ -74,6 +74,11 @@ class ClusterParams:
     read_committed: bool
     rules: Mapping[str, Any] | None  # as recorded
     alerts: Mapping[str, Any] | None
+    recorded_at: float = -math.inf  # when a daemon start recorded it: in force from then to the next one
+
+
+# A cluster's recorded configurations, oldest first: each daemon start that recorded one.
+ParamsTimeline = Sequence[ClusterParams]
 
 
 # -- the replay (runs on the executors; core only) ------------------------------------------------------------------
@@ -83,44 +88,82 @@ class Replayer:
     """The daemon's step folded over one cluster's snapshots under one candidate, one poll at a time: the alert
     and notification rows it produces. Holds only the pipeline's own state, never the snapshots."""
 
-    def __init__(self, cluster: str, candidate: Candidate, rules: Mapping[str, Any], alerts: Mapping[str, Any],
-                 params: ClusterParams) -> None:  # fmt: skip
-        from lagwatch.alerts import AlertBook, AlertsConfig
+    def __init__(self, cluster: str, candidate: Candidate, timeline: ParamsTimeline) -> None:
+        from lagwatch.alerts import AlertBook
         from lagwatch.alerts.transitions import TransitionTracker
-        from lagwatch.history import ClusterHistory, polls_to_keep
-        from lagwatch.history.store import MAX_SAMPLES
-        from lagwatch.rules import RuleResolver, RulesConfig
+        from lagwatch.history import ClusterHistory
         from lagwatch.step import ClusterPipeline
 
-        self.book = AlertBook(AlertsConfig.model_validate(alerts))
+        self.candidate = candidate
+        self.timeline = timeline
+        self.book = AlertBook(self._alerts_config(timeline[0]))
         self.book.load_config_silences()
-        history = ClusterHistory(cluster, max_gap_s=params.max_gap_s)
-        # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
-        # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
-        longest = RulesConfig.model_validate(rules).longest_history_s()
-        history.keep = max(MAX_SAMPLES, polls_to_keep(longest, max(1.0, params.max_gap_s / 4)))
-        self.pipeline = ClusterPipeline(
-            cluster, history, RuleResolver(RulesConfig.model_validate(rules)), self.book, params.read_committed
-        )
+        history = ClusterHistory(cluster, max_gap_s=timeline[0].max_gap_s)
+        self.pipeline = ClusterPipeline(cluster, history, self._resolver(timeline[0]), self.book)
+        self._apply(timeline[0])
+        self._next = 1
         self.tracker = TransitionTracker(cluster)
         self.open_alerts: dict[str, dict[str, Any]] = {}
         self.base = {"config": candidate.name, "cluster": cluster}
 
+    def _alerts_config(self, params: ClusterParams) -> Any:
+        from lagwatch.alerts import AlertsConfig
+
+        return AlertsConfig.model_validate(
+            self.candidate.alerts if self.candidate.alerts is not None else params.alerts
+        )
+
+    def _resolver(self, params: ClusterParams) -> Any:
+        from lagwatch.rules import RuleResolver, RulesConfig
+
+        return RuleResolver(
+            RulesConfig.model_validate(self.candidate.rules if self.candidate.rules is not None else params.rules)
+        )
+
+    def _apply(self, params: ClusterParams) -> None:
+        """The configuration in force from `params.recorded_at` on, as a daemon restarted with it takes it up: its
+        history and alerts go on, judged by the new rules and lifecycle (`recorded` replayed the whole range under
+        the last configuration recorded: a threshold raised later moved every earlier alert)."""
+        from lagwatch.history import polls_to_keep
+        from lagwatch.history.store import MAX_SAMPLES
+
+        history = self.pipeline.history
+        history.max_gap_s = params.max_gap_s
+        self.pipeline.use_last_stable = params.read_committed
+        if params is not self.timeline[0]:
+            self.pipeline.resolver = self._resolver(params)
+            self.book.config = self._alerts_config(params)
+            self.book._group_keys.clear()  # group_by may have changed
+            self.book.load_config_silences()
+        # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
+        # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
+        longest = self.pipeline.resolver.config.longest_history_s()
+        kept = history.keep if params is not self.timeline[0] else 0  # a later one only lengthens the rings
+        history.keep = max(kept, MAX_SAMPLES, polls_to_keep(longest, max(1.0, params.max_gap_s / 4)))
+
     @classmethod
-    def of(cls, cluster: str, candidate: Candidate, params: ClusterParams) -> Replayer | None:
+    def of(cls, cluster: str, candidate: Candidate, params: ClusterParams | ParamsTimeline) -> Replayer | None:
         """None when the candidate is `recorded` and the cluster has no recorded configuration (checked on the
         driver)."""
-        rules = candidate.rules if candidate.rules is not None else params.rules
-        alerts = candidate.alerts if candidate.alerts is not None else params.alerts
-        if rules is None or alerts is None:
+        timeline = [params] if isinstance(params, ClusterParams) else list(params)
+        if not timeline:
             return None
-        return cls(cluster, candidate, rules, alerts, params)
+        for p in timeline:
+            rules = candidate.rules if candidate.rules is not None else p.rules
+            alerts = candidate.alerts if candidate.alerts is not None else p.alerts
+            if rules is None or alerts is None:
+                return None
+        return cls(cluster, candidate, timeline)
 
     def step(self, poll: ReplayPoll) -> list[dict[str, Any]]:
         """One recorded poll: the `__consumer_offsets` records folded in just before it, then the snapshot."""
         out: list[dict[str, Any]] = []
         base = self.base
         snapshot = poll.snapshot
+        timeline = self.timeline
+        while self._next < len(timeline) and timeline[self._next].recorded_at <= snapshot.taken_at:
+            self._apply(timeline[self._next])
+            self._next += 1
         evaluation = self.pipeline.step(snapshot, poll.records, poll.records_caught_up)
         for t in self.tracker.observe(self.book, evaluation.now):
             if t.transition == "firing":
@@ -175,7 +218,7 @@ def replay(
     cluster: str,
     rows: Iterable[Mapping[str, Any]],
     candidates: Sequence[Candidate],
-    params: ClusterParams,
+    params: ClusterParams | ParamsTimeline,
 ) -> list[dict[str, Any]]:
     """Folds the daemon's step over one cluster's polls (rows in any order, all in memory), once per candidate;
     alert and notification rows. The Spark job streams instead (`_stream_executor`)."""
@@ -201,7 +244,7 @@ def _output_arrow_schema() -> Any:
 
 
 def _stream_executor(
-    candidates: Sequence[Candidate], params: Mapping[str, ClusterParams]
+    candidates: Sequence[Candidate], params: Mapping[str, ParamsTimeline]
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """For mapInArrow over a partition sorted by (cluster, candidate, taken_at, ordinal): the rows arrive in Arrow
     batches, one poll's rows are gathered, decoded (the codec, as before) and stepped through each candidate's
@@ -253,7 +296,7 @@ def _stream_executor(
                         raise RuntimeError(f"backtest: rows of {row_key} are not contiguous (the sort was lost)")
                     done.add(row_key)
                     key, poll_t = row_key, -math.inf
-                    cluster_params = params.get(key[0], ClusterParams(DEFAULT_MAX_GAP_S, False, None, None))
+                    cluster_params = params.get(key[0]) or [ClusterParams(DEFAULT_MAX_GAP_S, False, None, None)]
                     chosen = candidates if key[1] < 0 else [candidates[key[1]]]
                     replayers[:] = [
                         r for r in (Replayer.of(key[0], c, cluster_params) for c in chosen) if r is not None
@@ -302,7 +345,7 @@ def _slot_values(spark: Any, slots: int) -> list[int]:
 
 
 def replay_on_spark(
-    spark: Any, df: Any, candidates: Sequence[Candidate], params: Mapping[str, ClusterParams], polls: Mapping[str, int]
+    spark: Any, df: Any, candidates: Sequence[Candidate], params: Mapping[str, ParamsTimeline], polls: Mapping[str, int]
 ) -> Any:
     """The replay as a DataFrame of OUTPUT_COLUMNS: each task streams its cluster's rows in time order."""
     from pyspark.sql import functions as F
@@ -443,8 +486,9 @@ def _check_output(output: str, lake: str) -> None:
             )
 
 
-def _params(spark: Any, lake: str, until: float | None) -> dict[str, ClusterParams]:
-    """Per cluster, the latest configuration recorded (before `until`)."""
+def _params(spark: Any, lake: str, until: float | None) -> dict[str, list[ClusterParams]]:
+    """Per cluster, every configuration recorded (before `until`), oldest first: each is in force from its daemon
+    start to the next (the replay switches at those times, as the daemon did)."""
     from pyspark.sql import functions as F
 
     from lagwatch.pipeline.lake_read import read_config
@@ -455,11 +499,29 @@ def _params(spark: Any, lake: str, until: float | None) -> dict[str, ClusterPara
         return {}
     if until is not None:
         df = df.where(F.col("recorded_at") <= until)
-    out: dict[str, ClusterParams] = {}
+    out: dict[str, list[ClusterParams]] = {}
     for r in df.orderBy("recorded_at").collect():
-        out[r["cluster"]] = ClusterParams(
-            float(r["max_gap_s"]), bool(r["read_committed"]), json.loads(r["rules_json"]), json.loads(r["alerts_json"])
+        params = ClusterParams(
+            float(r["max_gap_s"]),
+            bool(r["read_committed"]),
+            json.loads(r["rules_json"]),
+            json.loads(r["alerts_json"]),
+            float(r["recorded_at"]),
         )
+        timeline = out.setdefault(r["cluster"], [])
+        if timeline and (
+            timeline[-1].max_gap_s,
+            timeline[-1].read_committed,
+            timeline[-1].rules,
+            timeline[-1].alerts,
+        ) == (
+            params.max_gap_s,
+            params.read_committed,
+            params.rules,
+            params.alerts,
+        ):
+            continue  # a restart with the same configuration: nothing changes
+        timeline.append(params)
     return out
 
 

@@ -32,7 +32,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,21 +90,34 @@ def thresholds_of(rules: Mapping[str, Any], cluster: str, group: str, topic: str
 # -- the Spark part -------------------------------------------------------------------------------------------------
 
 
-def _threshold_frame(spark: Any, keys: list[Any], rules_of: Mapping[str, Mapping[str, Any] | None]) -> Any:
+# Per cluster, the rules in force from each time on, oldest first: (from, rules). `--config` gives one from -inf.
+RulesTimeline = Sequence[tuple[float, Mapping[str, Any] | None]]
+
+
+def _threshold_frame(spark: Any, keys: list[Any], rules_of: Mapping[str, RulesTimeline]) -> Any:
+    """The thresholds of each group-topic, one row for each configuration in force (`valid_from` to
+    `valid_until`): a daemon restarted with other thresholds is judged by each in its time."""
     from lagwatch.rules import RuleResolver, RulesConfig
 
-    resolvers = {c: RuleResolver(RulesConfig.model_validate(r)) for c, r in rules_of.items() if r is not None}
+    resolvers = {
+        c: [(start, RuleResolver(RulesConfig.model_validate(r)) if r is not None else None) for start, r in timeline]
+        for c, timeline in rules_of.items()
+    }
     rows = []
     for k in keys:
-        resolver = resolvers.get(k["cluster"])
-        if resolver is None:
+        timeline = resolvers.get(k["cluster"])
+        if not timeline or any(resolver is None for _, resolver in timeline):
             raise ReportError(f"no recorded configuration for cluster {k['cluster']}: pass --config FILE")
-        t = _lag_thresholds(resolver, k["cluster"], k["group"], k["topic"])
-        figures = (t.warning_offsets, t.warning_seconds, t.critical_offsets, t.critical_seconds)
-        rows.append((k["cluster"], k["group"], k["topic"], *figures))
+        ends = [start for start, _ in timeline[1:]] + [math.inf]
+        for i, ((start, resolver), end) in enumerate(zip(timeline, ends, strict=True)):
+            assert resolver is not None
+            t = _lag_thresholds(resolver, k["cluster"], k["group"], k["topic"])
+            figures = (t.warning_offsets, t.warning_seconds, t.critical_offsets, t.critical_seconds)
+            # The first configuration also covers the polls before it was recorded.
+            rows.append((k["cluster"], k["group"], k["topic"], -math.inf if i == 0 else start, end, *figures))
     schema = (
-        "cluster string, `group` string, topic string, warning_offsets bigint, warning_seconds double, "
-        "critical_offsets bigint, critical_seconds double"
+        "t_cluster string, t_group string, t_topic string, valid_from double, valid_until double, "
+        "warning_offsets bigint, warning_seconds double, critical_offsets bigint, critical_seconds double"
     )
     return spark.createDataFrame(rows, schema)
 
@@ -136,7 +149,7 @@ def _spread(df: Any, name: str) -> Any:
 def compute(
     spark: Any,
     lake: str,
-    rules_of: Mapping[str, Mapping[str, Any] | None],
+    rules_of: Mapping[str, RulesTimeline],
     since: float | None = None,
     until: float | None = None,
     expiry_margin_s: float = DEFAULT_EXPIRY_MARGIN_H * 3600,
@@ -158,7 +171,16 @@ def compute(
     )
     keys = topic_polls.select("cluster", "group", "topic").distinct().collect()
     thresholds = _threshold_frame(spark, keys, rules_of)
-    topic_polls = topic_polls.join(F.broadcast(thresholds), ["cluster", "group", "topic"], "left")
+    in_force = (
+        (F.col("cluster") == F.col("t_cluster"))
+        & (F.col("group") == F.col("t_group"))
+        & (F.col("topic") == F.col("t_topic"))
+        & (F.col("taken_at") >= F.col("valid_from"))
+        & (F.col("taken_at") < F.col("valid_until"))
+    )
+    topic_polls = topic_polls.join(F.broadcast(thresholds), in_force, "left").drop(
+        "t_cluster", "t_group", "t_topic", "valid_from", "valid_until"
+    )
     topic_polls = topic_polls.withColumn("over_warning", _over("warning_offsets", "warning_seconds")).withColumn(
         "over_critical", _over("critical_offsets", "critical_seconds")
     )
@@ -318,17 +340,19 @@ def _config_rules(config: str | None) -> Mapping[str, Any] | None:
 
 def _rules_of(
     spark: Any, lake: str, clusters: list[str], rules: Mapping[str, Any] | None, until: float | None
-) -> dict[str, Any]:
-    """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones."""
+) -> dict[str, RulesTimeline]:
+    """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones, each
+    from its daemon start on (the last one recorded was applied to the whole range: a threshold raised later
+    hid every earlier incident)."""
     from lagwatch.pipeline.backtest import _params
 
     if rules is not None:
-        return {c: rules for c in clusters}
+        return {c: [(-math.inf, rules)] for c in clusters}
     recorded = _params(spark, lake, until)
     missing = [c for c in clusters if c not in recorded]
     if missing:
         raise ReportError(f"no recorded configuration for cluster(s) {', '.join(missing)}: pass --config FILE")
-    return {c: recorded[c].rules for c in clusters}
+    return {c: [(p.recorded_at, p.rules) for p in recorded[c]] for c in clusters}
 
 
 def run_report(
@@ -460,7 +484,7 @@ def _report_on_spark(
         series,
         distribution,
         chosen,
-        rules_of,
+        {c: timeline[-1][1] for c, timeline in rules_of.items()},  # the plots draw the newest thresholds
         expiry_margin_s,
         title=title,
     )
