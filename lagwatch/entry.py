@@ -18,4 +18,8 @@ def main() -> int:
     from lagwatch.cli import main as cli_main
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's own handling from here on
-    return cli_main()
+    try:
+        return cli_main()
+    except KeyboardInterrupt:  # before a command took over Ctrl-C (its parser loads the pipeline's modules)
+        os.write(2, b"lagwatch: interrupted\n")
+        return 130
