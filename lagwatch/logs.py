@@ -145,6 +145,16 @@ class TextFormatter(logging.Formatter):
         return f"{line}\n{trace}" if trace else line
 
 
+def _said_by_lagwatch(record: logging.LogRecord) -> bool:
+    """APScheduler's warnings of a skipped or missed poll: lagwatch logs each itself, with its cluster ("poll
+    skipped", "poll missed its start time", and counts them): two lines for one event during an outage."""
+    return not (
+        record.name.startswith("apscheduler")
+        and isinstance(record.msg, str)
+        and ("maximum number of running instances" in record.msg or "was missed by" in record.msg)
+    )
+
+
 def configure(level: str = "INFO", fmt: str = "auto", secrets: Iterable[str] = ()) -> None:
     """Logs to stderr at `level`; `secrets` (e.g. `secret_values(settings)`) never appear in what is written."""
     if fmt == "auto":
@@ -152,6 +162,7 @@ def configure(level: str = "INFO", fmt: str = "auto", secrets: Iterable[str] = (
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(RedactSecrets(secrets))
+    handler.addFilter(_said_by_lagwatch)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level))

@@ -194,3 +194,22 @@ def test_secrets_with_a_backslash_or_a_non_ascii_letter_are_redacted_as_reprs_wr
         written |= {json.dumps(w)[1:-1] for w in list(written)}
         for form in written:
             assert form not in err, form
+
+
+def test_apschedulers_skipped_and_missed_warnings_are_not_said_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    """lagwatch logs a skipped or missed poll itself, with its cluster; APScheduler's own warning made two lines
+    for each during an outage."""
+    import time
+
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    logs.configure("INFO", "json")
+    scheduler = BackgroundScheduler()
+    scheduler.add_job(time.sleep, "interval", args=[0.5], seconds=0.1, max_instances=1)
+    scheduler.start()
+    time.sleep(1.0)
+    scheduler.shutdown(wait=True)
+    logging.getLogger("apscheduler.scheduler").warning("something else went wrong")
+    err = capsys.readouterr().err
+    assert "maximum number of running instances" not in err
+    assert "something else went wrong" in err  # its other warnings still show
