@@ -99,3 +99,19 @@ def test_check_timeout_applies_to_a_config_file_too(tmp_path: Path) -> None:
     assert took < 10, took
     bad = run_lagwatch("check", "--config", str(config), "--timeout", "0")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("lagwatch: config error: --timeout")
+
+
+def test_an_unreachable_cluster_says_what_one_look_at_the_server_tells() -> None:
+    """A refused port, a name that does not resolve and a port that speaks no Kafka all said "no broker answered"
+    alike, after the whole timeout each."""
+    refused = run_lagwatch("check", "--bootstrap-server", f"127.0.0.1:{_closed_port()}", "--timeout", "2")
+    assert "connection refused" in refused.stderr, refused.stderr
+    unresolved = run_lagwatch("check", "--bootstrap-server", "no-such-host.invalid:9092", "--timeout", "2")
+    assert "host name does not resolve" in unresolved.stderr, unresolved.stderr
+    with socket.socket() as silent:  # takes the connection, answers nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        other = run_lagwatch("check", "--bootstrap-server", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "2")
+    assert "takes connections but gave no Kafka answer" in other.stderr, other.stderr
+    for done in (refused, unresolved, other):
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import socket
+import time
 from collections import Counter
 from typing import Any
 
@@ -70,7 +72,45 @@ def open_admin(name: str, cluster: ClusterConfig) -> Any:
         return KafkaAdminClient(**admin_client_options(name, cluster), kafka_client=recorder.net_client)
     except Exception as e:
         recorder.close()
-        raise translate(name, recorder.cause(e)) from None
+        error = translate(name, recorder.cause(e))
+        if error.kind == "unreachable":
+            why = why_unreachable(cluster.bootstrap_servers, min(2.0, cluster.request_timeout_s))
+            if why:
+                error = ClusterError(name, "unreachable", f"{why}; {error.detail}")
+        raise error from None
+
+
+def why_unreachable(servers: list[str], budget_s: float) -> str | None:
+    """What one look at the bootstrap servers tells of a bootstrap that failed: a name that does not resolve, a
+    port that refuses, one that does not answer, or one that takes the connection but speaks no Kafka to this client
+    (another service on that port, or a listener wanting TLS or SASL settings it was not given). All three looked
+    "no broker answered" alike. One line for all the servers; `budget_s` for all of them."""
+    deadline = time.monotonic() + budget_s
+    said = []
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]")
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except (OSError, ValueError):
+            said.append(f"{server}: host name does not resolve")
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        family, kind, proto, _, address = infos[0]
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.settimeout(left)
+                probe.connect(address)
+            said.append(f"{server}: takes connections but gave no Kafka answer (another service, or TLS/SASL settings)")
+        except ConnectionRefusedError:
+            said.append(f"{server}: connection refused")
+        except TimeoutError:
+            said.append(f"{server}: no answer to a connection")
+        except OSError as e:
+            said.append(f"{server}: {e.strerror or type(e).__name__}")
+    return "; ".join(said) or None
 
 
 class _LoginFailures:
