@@ -1340,3 +1340,12 @@ def test_an_empty_group_is_stopped_once_it_has_lagged_for_the_window_not_at_once
     fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
     assert fired, p.sent
     assert changed_at + 30 - INTERVAL <= fired[0] <= changed_at + 30 + 2 * INTERVAL, fired
+
+
+def test_a_stall_firing_before_an_outage_stays_one_incident_through_it() -> None:
+    """Counting a new stall's wait from the end of the gap resolved a stall that was firing when the gap began (its
+    records still waiting), and paged it again once the wait had passed anew: a firing stall is held."""
+    p = pipeline(stalled={"window_s": 60}, lag={"enabled": False}, falling_behind={"enabled": False})
+    _sink_through_an_outage(p, hang_after=50)  # hung from 0 s on: firing before the outage at 212 s
+    stalled = [(n.kind, a["state"]) for n in p.sent for a in n.alerts if a["rule"] == "stalled"]
+    assert stalled == [("firing", "firing")], stalled

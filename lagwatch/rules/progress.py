@@ -204,10 +204,15 @@ def _stalled_partition(
         since = ctx.history.waiting_since(progress, tp, newest, committed, last.since)
         if since is None:
             return
-        # Only what lagwatch watched without a gap counts: a broker outage held the consumer's commit too (a sink
-        # flushing every 100 s was paged a minute after a 2-minute outage, its wait counted across it).
+        if ctx.now - max(since, last.since) < wait:
+            return
+        # Only what lagwatch watched without a gap counts for a new stall: a broker outage held the consumer's
+        # commit too (a sink flushing every 100 s was paged a minute after a 2-minute outage, its wait counted
+        # across it). A stall already firing stays: its records still wait (it resolved after the gap, and paged
+        # again once the wait had passed anew).
         watched = ctx.evidence_since
-        if ctx.now - max(since, last.since, -math.inf if watched is None else watched) < wait:
+        if watched is not None and ctx.now - watched < wait:
+            ctx.hold("stalled", tp.topic)
             return
     elif ctx.now - last.since < wait:
         return
