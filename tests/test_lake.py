@@ -350,3 +350,30 @@ def test_the_recorded_configuration_is_replayed_as_it_was_in_force_at_each_time(
     assert [(r["rule"], r["fired_at"], r["resolved_at"]) for r in replayed] == [("lag", T0, T0 + 300)]
     only_last = [r for r in replay("c", rows, [Candidate(RECORDED, None, None)], timeline[1:]) if r["kind"] == "alert"]
     assert only_last == []  # what the last configuration alone gives
+
+
+def test_a_replayed_restart_with_new_labels_goes_on_with_the_incident_as_the_daemon_does(tmp_path: Path) -> None:
+    """The daemon restarted with `rules.labels` added carries its incidents on under the new labels (the old ones
+    end in the same update); the replay resolved the incident and fired a new one after its `for`."""
+    from lagwatch.pipeline.backtest import RECORDED, Candidate, ClusterParams, replay
+
+    alerts = {"group_wait_s": 0, "group_interval_s": 0}
+    rules = {"lag": {"warning": {"offsets": 50}, "critical": {"offsets": 10**8}, "for_s": 60}}
+    labelled = {**rules, "labels": {"team": "payments"}}
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(tmp_path / "lake")))
+    daemon = Pipeline(rules, alerts)
+    for i in range(60):
+        snap = snapshot(T0 + i * 10, [group("g", {TP: 0})], {TP: 1000})
+        writer.record(snap, daemon.step(snap), daemon.book)
+    writer.flush()
+    rows = read(tmp_path / "lake", "snapshots").to_pandas().to_dict("records")
+    timeline = [
+        ClusterParams(90.0, False, rules, alerts, recorded_at=T0 - 1),
+        ClusterParams(90.0, False, labelled, alerts, recorded_at=T0 + 300),
+    ]
+    out = replay("c", rows, [Candidate(RECORDED, None, None)], timeline)
+    notes = [(r["fired_at"] - T0, r["notification_kind"]) for r in out if r["kind"] == "notification"]
+    assert notes == [(60, "firing"), (300, "update")], notes  # not resolved at 300, then firing again at 360
+    fired = sorted((r["labels_json"], r["fired_at"] - T0) for r in out if r["kind"] == "alert")
+    assert fired == [('{"cluster": "c", "group": "g", "team": "payments", "topic": "orders"}', 60), (
+        '{"cluster": "c", "group": "g", "topic": "orders"}', 60)]  # fmt: skip

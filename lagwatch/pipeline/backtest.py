@@ -120,7 +120,7 @@ class Replayer:
             RulesConfig.model_validate(self.candidate.rules if self.candidate.rules is not None else params.rules)
         )
 
-    def _apply(self, params: ClusterParams) -> None:
+    def _apply(self, params: ClusterParams, now: float = -math.inf) -> None:
         """The configuration in force from `params.recorded_at` on, as a daemon restarted with it takes it up: its
         history and alerts go on, judged by the new rules and lifecycle (`recorded` replayed the whole range under
         the last configuration recorded: a threshold raised later moved every earlier alert)."""
@@ -131,10 +131,12 @@ class Replayer:
         history.max_gap_s = params.max_gap_s
         self.pipeline.use_last_stable = params.read_committed
         if params is not self.timeline[0]:
-            self.pipeline.resolver = self._resolver(params)
+            resolver = self.pipeline.resolver = self._resolver(params)
             self.book.config = self._alerts_config(params)
             self.book._group_keys.clear()  # group_by may have changed
             self.book.load_config_silences()
+            # As Daemon._load_alerts: labels the new configuration gives otherwise end, and their incidents go on.
+            self.book.relabel(lambda a: resolver.labels(a.cluster, a.group, a.labels.get("topic")), now)
         # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
         # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
         longest = self.pipeline.resolver.config.longest_history_s()
@@ -162,7 +164,7 @@ class Replayer:
         snapshot = poll.snapshot
         timeline = self.timeline
         while self._next < len(timeline) and timeline[self._next].recorded_at <= snapshot.taken_at:
-            self._apply(timeline[self._next])
+            self._apply(timeline[self._next], snapshot.taken_at)
             self._next += 1
         evaluation = self.pipeline.step(snapshot, poll.records, poll.records_caught_up)
         for t in self.tracker.observe(self.book, evaluation.now):
