@@ -360,3 +360,29 @@ def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_re
     b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900)
     text = str(render.blocks(b.due(900)[0], None))
     assert "*stalled* (:zzz: muted)" in text and "resolved" not in text
+
+
+def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> None:
+    """The outbox drops a queued repeat when a newer notification of its group waits behind it ("still firing"
+    says nothing the newer one does not). A repeat may now also tell that an alert muted since has ended: dropped,
+    that end was told nowhere, and the receiver kept the alert firing for good."""
+    from lagwatch.alerts.book import Silence
+    from lagwatch.notify import Outbox
+
+    b = book(group_wait_s=0, group_interval_s=300, repeat_interval_s=3600)
+    outbox = Outbox()
+    received: list[tuple[str, str]] = []
+
+    def tick(findings: list[Finding], now: float, deliver: bool) -> None:
+        b.apply("c", findings, frozenset(), now)
+        outbox.add(b.due(now), ["default"])
+        for d in outbox.due(now) if deliver else []:
+            received.extend((a["rule"], a["state"]) for a in d.notification.alerts)
+            outbox.done(d, None)
+
+    stalled, lag = finding("stalled"), finding()
+    tick([stalled, lag], 0, True)
+    b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=10**9, created_by="api"))
+    tick([stalled, lag], 3600, False)  # the repeat (stalled ended, muted) waits: the receiver is down
+    tick([stalled, finding(severity="critical")], 3900, True)  # an update queued behind it; the receiver is back
+    assert ("stalled", "resolved") in received and outbox.collapsed == 0

@@ -188,5 +188,6 @@ class Outbox:
 
 def _superseded(n: Notification) -> bool:
     """A repeat says only "still firing": a newer notification of the same group says more. (Updates are kept:
-    every change reaches every receiver, in order.)"""
-    return n.kind == "repeat"
+    every change reaches every receiver, in order.) Not a repeat that also tells of an end (an alert muted since,
+    told as ended): dropped, its end was told nowhere, and a webhook kept that alert firing for good."""
+    return n.kind == "repeat" and all(a.get("state") != "resolved" for a in n.alerts)
