@@ -360,6 +360,16 @@ def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_re
     b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900)
     text = str(render.blocks(b.due(900)[0], None))
     assert "*stalled* (:zzz: muted)" in text and "resolved" not in text
+    # lag ends while stalled is silenced, nothing sent in between: the thread reply and the fallback text do not
+    # call stalled resolved
+    b = book(group_wait_s=0)
+    assert step(b, [stalled, finding()], 0) == ["firing"]
+    b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
+    b.apply("c", [stalled], frozenset(), 900)
+    (done,) = b.due(900)
+    assert done.kind == "resolved"
+    assert render.thread_text(done) == ":white_check_mark: Resolved: lag; :zzz: muted: stalled"
+    assert "(lag)" in render.fallback_text(done)
 
 
 def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> None:

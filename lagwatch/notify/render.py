@@ -47,8 +47,9 @@ def fallback_text(n: Notification) -> str:
     """The plain text that notifications, screen readers and old clients show."""
     if n.storm is not None:
         return _cut(f"[{n.kind.upper()}] {title(n)}: {storm_text(n)}", 3000)
-    rules = ", ".join(sorted({a["rule"] for a in (n.firing or n.alerts)}))
-    first = (n.firing or list(n.alerts))[0]["summary"] if n.alerts else ""
+    shown = n.firing or [a for a in n.alerts if not a.get("muted")] or list(n.alerts)  # a muted one did not end
+    rules = ", ".join(sorted({a["rule"] for a in shown}))
+    first = shown[0]["summary"] if shown else ""
     return _cut(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", 3000)
 
 
@@ -131,7 +132,12 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
 
 def thread_text(n: Notification) -> str:
     if n.kind == "resolved":
-        return f":white_check_mark: Resolved: {', '.join(sorted({a['rule'] for a in n.alerts}))}"
+        ended = sorted({a["rule"] for a in n.alerts if not a.get("muted")})
+        muted = sorted({a["rule"] for a in n.alerts if a.get("muted")} - set(ended))
+        text = f":white_check_mark: Resolved: {', '.join(ended)}" if ended else ""
+        if muted:  # still firing, silenced or inhibited: not resolved
+            text += ("; " if text else "") + f":zzz: muted: {', '.join(muted)}"
+        return text
     return (
         f"Still firing ({n.kind}): "
         + "; ".join(f"{a['rule']} ({a['severity']}): {a['summary']}" for a in n.firing)[:2900]
