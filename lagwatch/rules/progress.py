@@ -327,7 +327,7 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stopped")
             return
-        if not _lag_through(ctx, window):
+        if ctx.active_severity("stopped") is None and not _lag_through(ctx, window):  # once: not at every poll
             # Empty a long time, and records only now: "Empty with lag for the window" (one record on a quiet
             # topic, or an operator's reset, which needs the group Empty, paged critical at once).
             ctx.hold("stopped")
