@@ -176,9 +176,13 @@ class ClusterConfig(_Strict):
         return servers
 
 
-_POLL_INTERVAL: TypeAdapter[float] = TypeAdapter(
-    Annotated[float, *ClusterConfig.model_fields["poll_interval_s"].metadata, Field(allow_inf_nan=False)]
-)
+def _seconds_like(field: str) -> TypeAdapter[float]:
+    """A cluster setting's own bounds, for a CLI option that stands for it."""
+    return TypeAdapter(Annotated[float, *ClusterConfig.model_fields[field].metadata, Field(allow_inf_nan=False)])
+
+
+_POLL_INTERVAL = _seconds_like("poll_interval_s")
+_REQUEST_TIMEOUT = _seconds_like("request_timeout_s")
 
 
 class HttpConfig(_Strict):
@@ -276,8 +280,17 @@ def _unknown_secret_files(secrets_dir: Path) -> list[str]:
 
 def check_poll_interval(seconds: float) -> float:
     """The same bounds as `poll_interval_s` in the config (for `run --interval`); ValueError says why not."""
+    return _checked(_POLL_INTERVAL, seconds)
+
+
+def check_request_timeout(seconds: float) -> float:
+    """The same bounds as `request_timeout_s` in the config (for `check --timeout`); ValueError says why not."""
+    return _checked(_REQUEST_TIMEOUT, seconds)
+
+
+def _checked(adapter: TypeAdapter[float], seconds: float) -> float:
     try:
-        return float(_POLL_INTERVAL.validate_python(seconds))
+        return float(adapter.validate_python(seconds))
     except ValidationError as e:
         raise ValueError(str(e.errors()[0]["msg"])) from None
 

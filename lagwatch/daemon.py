@@ -212,10 +212,10 @@ class Daemon:
         send it again, with its id."""
         doubted = 0
         for delivery in outbox.deliveries:
-            if not delivery.in_flight:
+            if not delivery.in_flight and getattr(self.notifiers.get(delivery.notifier), "checks_duplicates", False):
                 delivery.in_flight = True
                 outbox.touch(delivery)
-                doubted += getattr(self.notifiers.get(delivery.notifier), "checks_duplicates", False)
+                doubted += 1
         if doubted:
             log.warning(
                 "the last run did not stop cleanly: queued notifications it may have delivered are looked for "

@@ -13,8 +13,11 @@ def _stopped_while_loading(signum: int, frame: FrameType | None) -> None:
     os._exit(130)  # nothing started yet: nothing to stop
 
 
+# At import, not in main(): the script imports this module first, and a Ctrl-C between the two was a traceback too.
+signal.signal(signal.SIGINT, _stopped_while_loading)
+
+
 def main() -> int:
-    signal.signal(signal.SIGINT, _stopped_while_loading)
     from lagwatch.cli import main as cli_main
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the CLI's own handling from here on

@@ -568,6 +568,7 @@ class AlertBook:
         muted: Sequence[Alert] = (),
     ) -> Notification:
         self.sequence += 1
+        hushed = {a.key for a in muted}
         told = group.notified.get(receiver, {})  # before this notification is recorded
         # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
         # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
@@ -578,9 +579,9 @@ class AlertBook:
                 "state": "resolved",
                 "severity": told.get(a.key, a.severity),
                 "resolved_at": a.resolved_at if a.state == "resolved" else now,
-                **({"muted": True} if hush else {}),
+                **({"muted": True} if a.key in hushed else {}),
             }
-            for a, hush in sorted([*((a, False) for a in left), *((a, True) for a in muted)], key=lambda x: x[0].key)
+            for a in sorted([*left, *muted], key=lambda a: a.key)
         ]
         alerts = []
         for a in sorted(firing, key=lambda a: (-_RANK.get(a.severity, 0), a.key)):

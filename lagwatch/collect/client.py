@@ -83,8 +83,8 @@ def open_admin(name: str, cluster: ClusterConfig) -> Any:
 def why_unreachable(servers: list[str], budget_s: float) -> str | None:
     """What one look at the bootstrap servers tells of a bootstrap that failed: a name that does not resolve, a
     port that refuses, one that does not answer, or one that takes the connection but speaks no Kafka to this client
-    (another service on that port, or a listener wanting TLS or SASL settings it was not given). All three looked
-    "no broker answered" alike. One line for all the servers; `budget_s` for all of them."""
+    (another service on that port, or a listener wanting TLS or SASL settings it was not given). They all said
+    "no broker answered". One line for all the servers; `budget_s` for all of them."""
     deadline = time.monotonic() + budget_s
     said = []
     for server in servers:

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -511,17 +511,7 @@ def _params(spark: Any, lake: str, until: float | None) -> dict[str, list[Cluste
             float(r["recorded_at"]),
         )
         timeline = out.setdefault(r["cluster"], [])
-        if timeline and (
-            timeline[-1].max_gap_s,
-            timeline[-1].read_committed,
-            timeline[-1].rules,
-            timeline[-1].alerts,
-        ) == (
-            params.max_gap_s,
-            params.read_committed,
-            params.rules,
-            params.alerts,
-        ):
+        if timeline and replace(timeline[-1], recorded_at=params.recorded_at) == params:
             continue  # a restart with the same configuration: nothing changes
         timeline.append(params)
     return out

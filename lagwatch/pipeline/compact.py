@@ -182,20 +182,25 @@ def _recover(filesystem: Any, files: list[Any]) -> int:
     return len(leftovers)
 
 
+def _part_files(filesystem: Any, directory: str) -> list[Any]:
+    """A partition's data files (FileInfos): `part-*.parquet`, not the `.tmp-` ones being written."""
+    from pyarrow import fs
+
+    return [
+        i
+        for i in filesystem.get_file_info(fs.FileSelector(directory))
+        if i.type == fs.FileType.File and i.base_name.startswith("part-") and i.base_name.endswith(".parquet")
+    ]
+
+
 def readable_files(lake: str, dataset: str) -> list[str] | None:
     """The files of `dataset` (paths relative to it) without the inputs a crashed compact left beside their merged
     file, which a reader would count twice; None when there are none such (read the whole directory)."""
-    from pyarrow import fs
-
     filesystem, root = _open_lake(lake, (dataset,))
     every: list[str] = []
     skipped = 0
     for directory in _partitions(filesystem, root, (dataset,)):
-        listing = [
-            i
-            for i in filesystem.get_file_info(fs.FileSelector(directory))
-            if i.type == fs.FileType.File and i.base_name.startswith("part-") and i.base_name.endswith(".parquet")
-        ]
+        listing = _part_files(filesystem, directory)
         leftovers = {i.path for i in already_merged(filesystem, listing)}
         skipped += len(leftovers)
         every += [i.path.removeprefix(f"{root}/{dataset}/") for i in listing if i.path not in leftovers]
@@ -260,11 +265,7 @@ def compact_partition(
     """Compacts one partition directory; True when it merged (or finished merging) files."""
     from pyarrow import fs
 
-    listing = [
-        i
-        for i in filesystem.get_file_info(fs.FileSelector(directory))
-        if i.type == fs.FileType.File and i.base_name.startswith("part-") and i.base_name.endswith(".parquet")
-    ]
+    listing = _part_files(filesystem, directory)
     deleted = _recover(filesystem, listing)
     if deleted:
         summary.partitions_recovered += 1

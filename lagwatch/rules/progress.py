@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold, trusted_cadence
 from lagwatch.model import Finding, GroupKind, TopicPartition
@@ -127,9 +127,10 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         aligned = history.aligned_window(progress, tp, history.window_start(ctx.now - window))
         if aligned is not None:  # the common case, without Sample objects: same answer as below
             committed_offsets, log_ends = aligned
-            offset = committed_offsets[0]
-            if min(committed_offsets) == max(committed_offsets) and min(log_ends) > offset:
-                _stalled_partition(ctx, tp, progress, offset, window, rules.stalled.learn_commit_interval, by_topic)
+            if _waited_throughout(committed_offsets, log_ends):
+                _stalled_partition(
+                    ctx, tp, progress, committed_offsets[0], window, rules.stalled.learn_commit_interval, by_topic
+                )
             continue
         samples = history.window(progress, tp, ctx.now - window)
         if not _covered(samples, ctx.now - window):
@@ -353,6 +354,12 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
     )
 
 
+def _waited_throughout(committed: Sequence[int], log_ends: Sequence[int]) -> bool:
+    """From a window's aligned slices (`ClusterHistory.aligned_window`): the committed offset never moved, and
+    records lay above it at every poll."""
+    return min(committed) == max(committed) and min(log_ends) > committed[0]
+
+
 def _lag_through(ctx: GroupContext, window: float) -> bool:
     """Whether some partition of the group had records waiting at its committed offset, unchanged, at every poll
     of the last `window` seconds. The window's slices where every poll sampled it (nearly always), the run of
@@ -367,8 +374,7 @@ def _lag_through(ctx: GroupContext, window: float) -> bool:
     for tp, progress in ctx.track.partitions.items():
         aligned = history.aligned_window(progress, tp, start)
         if aligned is not None:
-            committed, ends = aligned
-            if min(committed) == max(committed) and min(ends) > committed[0]:
+            if _waited_throughout(*aligned):
                 return True
             continue
         row, last = committed_now.get(tp), progress.last_commit_change
