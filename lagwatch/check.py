@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from lagwatch.escape import visible
 from lagwatch.lag import GroupLag, group_lag
 from lagwatch.model import ClusterSnapshot
 
@@ -58,8 +59,8 @@ def render_json(results: list[tuple[ClusterSnapshot, list[GroupLag]]]) -> str:
 
 
 def render_table(snapshot: ClusterSnapshot, groups: list[GroupLag]) -> str:
-    def cell(value: object) -> str:
-        return "-" if value is None else str(value)
+    def cell(value: object) -> str:  # client ids and hosts, like group ids, are any client's: shown escaped
+        return "-" if value is None else visible(str(value))
 
     lines: list[list[str]] = [list(_COLUMNS)]
     for g in groups:
@@ -67,7 +68,7 @@ def render_table(snapshot: ClusterSnapshot, groups: list[GroupLag]) -> str:
             lag = cell(p.lag) + (" (below log start)" if p.state.value == "below_log_start" else "")
             lines.append(
                 [
-                    g.group.group_id,
+                    visible(g.group.group_id),
                     g.group.state,
                     p.topic,
                     str(p.partition),
@@ -86,7 +87,7 @@ def render_table(snapshot: ClusterSnapshot, groups: list[GroupLag]) -> str:
     for g in groups:
         topics = ", ".join(f"{t.topic}={t.sum_lag}" for t in g.topics) or "no partitions"
         out.append(
-            f"{g.group.group_id}: {g.group.kind.value}, {g.group.state}, {len(g.group.members)} members, "
+            f"{visible(g.group.group_id)}: {g.group.kind.value}, {g.group.state}, {len(g.group.members)} members, "
             f"total lag {g.sum_lag}, max {g.max_lag} ({topics})"
         )
     return "\n".join(out)

@@ -59,9 +59,9 @@ class NameFilter(_Strict):
 
     def matches(self, name: str) -> bool:
         if not self.exclude and self.include == [".*"]:
-            # The default filter, asked per group at every poll (2 us a name through RE2's memo): RE2's `.*`
-            # matches the whole of any name without a line feed (`.` stops at one, as in Prometheus).
-            return "\n" not in name
+            # The default filter, asked per group at every poll (2 us a name through RE2's memo): `.*` matches
+            # every name, a line feed included (lagwatch.matchers sets RE2's dot_nl, as Prometheus 3 does).
+            return True
         return any_full_match(self.include, name) and not any_full_match(self.exclude, name)
 
 

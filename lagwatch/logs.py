@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, SecretStr
 
+from lagwatch.escape import visible
 from lagwatch.notify.settings import WebhookConfig
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
@@ -137,12 +138,18 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
+    """One event, one line: what a message or a field holds (a group id with a newline, a carriage return, an ANSI
+    escape) is written escaped (lagwatch.escape.visible), so it can neither forge a line nor reach the terminal
+    raw. A traceback follows on lines of its own, each indented, so none of them reads as an event."""
+
     def format(self, record: logging.LogRecord) -> str:
         ts = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         extras = " ".join(f"{k}={v}" for k, v in _extras(record).items() if k not in ("alerts", "group"))
         line = f"{ts} {record.levelname:<7} {record.getMessage()}" + (f"  [{extras}]" if extras else "")
         trace = _traceback(record)
-        return f"{line}\n{trace}" if trace else line
+        if trace:
+            return visible(line) + "".join(f"\n    {visible(part)}" for part in trace.splitlines())
+        return visible(line)
 
 
 def _said_by_lagwatch(record: logging.LogRecord) -> bool:

@@ -27,6 +27,9 @@ class _Options(re2.Options):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.log_errors = False
+        # `.` matches a newline too, as in Prometheus 3 and Alertmanager: the default group filter `.*` must match
+        # every group id, and a client may put a newline in one (it was left unwatched, without a word).
+        self.dot_nl = True
 
 
 _OPTIONS = _Options()

@@ -4,6 +4,7 @@ It records every call, and can be told to answer 429 with Retry-After, 500, a Sl
 message_not_found, ...) for a given method, or slowly, or to be down altogether. With `post_rate_per_s` set it also
 enforces a rate limit like Slack's on chat.postMessage (about one message per second per channel, short bursts
 allowed): a token bucket per channel, and a 429 with Retry-After (whole seconds, as Slack sends it) when exceeded.
+Every message is held to Slack's documented limits (`message_problem`): one over them is refused as Slack refuses it.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ class FakeSlack:
             if auth != f"Bearer {self.token}":
                 self.calls.append(Call(method, args, time.monotonic(), 200, "invalid_auth"))
                 return 200, {"ok": False, "error": "invalid_auth"}, {}
+            problem = message_problem(args) if method in ("chat.postMessage", "chat.update") else None
+            if problem is not None:  # as Slack: the message is refused whole, HTTP 200 and "ok": false
+                self.calls.append(Call(method, args, time.monotonic(), 200, problem))
+                return 200, {"ok": False, "error": problem, "errors": [problem]}, {}
             self.calls.append(Call(method, args, time.monotonic(), 200))
             if method == "chat.postMessage":
                 self._ts += 1
@@ -221,3 +226,54 @@ def _channel_id(channel: Any) -> str:
     """Slack answers with the channel's id, whether it was named (#kafka) or given by id (C123...)."""
     name = str(channel)
     return name if name.startswith("C") else f"C{abs(hash(name)) % 10**8:08d}"  # nine characters, as Slack's
+
+
+# Slack's documented limits (Block Kit reference, chat.postMessage): what a message may hold.
+MAX_TEXT = 40_000
+_TEXT_LIMITS = {"header": 150, "section": 3000, "context": 3000}
+
+
+def message_problem(args: dict[str, Any]) -> str | None:
+    """The error Slack answers for a message over its limits (`msg_too_long`, `invalid_blocks`, `no_text`), or
+    None when Slack takes it."""
+    text, blocks = args.get("text"), args.get("blocks")
+    if isinstance(blocks, str):
+        blocks = json.loads(blocks)
+    if not text and not blocks:
+        return "no_text"
+    if text is not None and (not isinstance(text, str) or len(text) > MAX_TEXT):
+        return "msg_too_long"
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= 50:
+        return "invalid_blocks"
+    return None if all(_block_ok(b) for b in blocks) else "invalid_blocks"
+
+
+def _text_ok(obj: Any, limit: int, plain_only: bool = False) -> bool:
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        return False
+    kinds = ("plain_text",) if plain_only else ("plain_text", "mrkdwn")
+    return obj.get("type") in kinds and 0 < len(obj["text"]) <= limit
+
+
+def _block_ok(block: Any) -> bool:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "header":
+        return _text_ok(block.get("text"), 150, plain_only=True)
+    if kind == "section":
+        fields = block.get("fields")
+        if "text" not in block and not fields:
+            return False
+        if "text" in block and not _text_ok(block["text"], 3000):
+            return False
+        return fields is None or (len(fields) <= 10 and all(_text_ok(f, 2000) for f in fields))
+    if kind == "context":
+        elements = block.get("elements") or []
+        return 0 < len(elements) <= 10 and all(_text_ok(e, 3000) for e in elements)
+    if kind == "actions":
+        elements = block.get("elements") or []
+        return 0 < len(elements) <= 25 and all(
+            _text_ok(e.get("text"), 75, plain_only=True) and 0 < len(str(e.get("url", "x"))) <= 3000 for e in elements
+        )
+    return kind == "divider"

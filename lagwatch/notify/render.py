@@ -1,5 +1,7 @@
-"""Words and Block Kit for a notification, shared by the Slack notifiers. Within Slack's limits: at most 50 blocks,
-3000 characters per section, 10 fields."""
+"""Words and Block Kit for a notification, shared by the Slack notifiers, within Slack's documented limits: at most
+50 blocks, a header's text 150 characters, a section's text 3000, at most 10 fields of 2000 each, a button's text 75
+and its URL 3000. Every name and summary goes through lagwatch.escape here (the Slack boundary): none is markup, and
+a long one is cut with a mark rather than refused (`invalid_blocks` dropped the alert at every group interval)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.alerts import Notification
+from lagwatch.escape import cut, slack_code, slack_text, url_component, visible
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
+MAX_FIELD = 2000
+MAX_HEADER = 150
+MAX_URL = 3000
+MAX_FALLBACK = 3000  # Slack takes 40,000; notifications and screen readers show far less
 MAX_ALERT_SECTIONS = 10
+NAME_IN_TEXT = 200  # a name inside a sentence (a summary, a title): the Group field holds it whole, or nearly
 _ICON = {
     "critical": ":red_circle:",
     "warning": ":large_orange_circle:",
@@ -19,12 +27,32 @@ _ICON = {
 }
 
 
-def _cut(text: str, limit: int = MAX_SECTION) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _mrkdwn(text: str) -> dict[str, Any]:
+    """A mrkdwn text object whose text is already escaped; `verbatim`: no bare URL or #channel made a link."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def _plain(text: str, limit: int) -> dict[str, Any]:
+    return {"type": "plain_text", "text": cut(visible(text), limit), "emoji": True}
+
+
+def _summary(a: dict[str, Any], limit: int) -> str:
+    """An alert's summary as mrkdwn: escaped, its group id in a code span (where the summary names it)."""
+    summary: str = a.get("summary", "")
+    group = (a.get("labels") or {}).get("group") or ""
+    at = summary.find(group) if group else -1
+    if at < 0:
+        return slack_text(summary, limit)
+    before, after = summary[:at], summary[at + len(group) :]
+    named = slack_code(group, NAME_IN_TEXT)
+    head = slack_text(before) + named
+    return head + slack_text(after, max(0, limit - len(head))) if len(head) < limit else slack_text(summary, limit)
 
 
 def title(n: Notification) -> str:
-    where = " / ".join(v for v in (n.group_labels.get("cluster"), n.group_labels.get("group")) if v) or n.group_key
+    """Plain words (escaped by whoever shows them): the state and where."""
+    names = (n.group_labels.get("cluster"), n.group_labels.get("group"))
+    where = " / ".join(cut(v, NAME_IN_TEXT) for v in names if v) or cut(n.group_key, NAME_IN_TEXT)
     state = "RESOLVED" if n.kind == "resolved" else n.severity.upper()
     if n.storm is not None:
         return f"{state}: alert storm on {n.storm['cluster']}"
@@ -32,25 +60,26 @@ def title(n: Notification) -> str:
 
 
 def storm_text(n: Notification) -> str:
-    """One line for a storm summary: how many groups, which rules."""
+    """One line for a storm summary: how many groups, which rules (plain words)."""
     assert n.storm is not None
     if n.kind == "resolved":
         return f"every alert group of the storm on {n.storm['cluster']} has resolved"
     rules = ", ".join(f"{rule} {count}" for rule, count in n.storm["alerts_by_rule"].items())
+    worst = ", ".join(cut(g, NAME_IN_TEXT) for g in n.storm["worst_groups"][:5])
     return (
         f"{n.storm['groups_firing']} consumer groups of {n.storm['cluster']} started firing at once ({rules}); "
-        f"worst: {', '.join(n.storm['worst_groups'][:5])}. Each group is tracked in the API and metrics."
+        f"worst: {worst}. Each group is tracked in the API and metrics."
     )
 
 
 def fallback_text(n: Notification) -> str:
-    """The plain text that notifications, screen readers and old clients show."""
+    """The message's `text`: what notifications, screen readers and old clients show (Slack parses it as mrkdwn)."""
     if n.storm is not None:
-        return _cut(f"[{n.kind.upper()}] {title(n)}: {storm_text(n)}", 3000)
+        return slack_text(f"[{n.kind.upper()}] {title(n)}: {storm_text(n)}", MAX_FALLBACK)
     shown = n.firing or [a for a in n.alerts if not a.get("muted")] or list(n.alerts)  # a muted one did not end
     rules = ", ".join(sorted({a["rule"] for a in shown}))
-    first = shown[0]["summary"] if shown else ""
-    return _cut(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", 3000)
+    first = cut(shown[0]["summary"], MAX_FALLBACK) if shown else ""
+    return slack_text(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", MAX_FALLBACK)
 
 
 def _figures(a: dict[str, Any]) -> list[str]:
@@ -77,44 +106,57 @@ def _figures(a: dict[str, Any]) -> list[str]:
     return out
 
 
+def _field(label: str, value: str | None, empty: str) -> dict[str, Any]:
+    head = f"*{label}:*\n"
+    return _mrkdwn(head + (empty if value is None else slack_code(value, MAX_FIELD - len(head))))
+
+
+def _alert_section(a: dict[str, Any]) -> dict[str, Any]:
+    if a["state"] != "resolved":
+        mark = a["severity"]
+    else:  # a muted one (silenced, inhibited) left the message, still firing
+        mark = ":zzz: muted" if a.get("muted") else ":white_check_mark: resolved"
+    head = f"*{a['rule']}* ({mark}): "
+    tail = "\n".join(_figures(a))
+    if a.get("runbook_url"):  # the operator's URL, from the configuration: a link, with `|` and `>` kept out
+        tail += ("\n" if tail else "") + f"<{slack_text(a['runbook_url']).replace('|', '%7C')}|Runbook>"
+    room = MAX_SECTION - len(head) - (len(tail) + 1 if tail else 0)
+    text = head + _summary(a, max(room, 1)) + ("\n" + tail if tail else "")
+    return {"type": "section", "text": _mrkdwn(text if len(text) <= MAX_SECTION else slack_text(text, MAX_SECTION))}
+
+
+def _dashboard_url(template: str, labels: dict[str, str]) -> str | None:
+    """The Grafana link with this group's labels percent-encoded in it; None when it would be over Slack's limit
+    (a cut URL would lead somewhere else)."""
+    try:
+        url = template.format(**{k: url_component(v or "") for k, v in labels.items()})
+    except (KeyError, IndexError, ValueError):
+        url = template
+    return url if len(url) <= MAX_URL else None
+
+
 def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, Any]]:
     icon = _ICON.get("resolved" if n.kind == "resolved" else n.severity, "")
     out: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _cut(f"{title(n)}", 150)}},
+        {"type": "header", "text": _plain(title(n), MAX_HEADER)},
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": f"*Cluster:*\n{n.group_labels.get('cluster', '-')}"},
-                {"type": "mrkdwn", "text": f"*Group:*\n{n.group_labels.get('group') or '(cluster)'}"},
-                {"type": "mrkdwn", "text": f"*Severity:*\n{icon} {n.severity}"},
-                {"type": "mrkdwn", "text": f"*Firing:*\n{len(n.firing)} alert(s)"},
+                _field("Cluster", n.group_labels.get("cluster"), "-"),
+                _field("Group", n.group_labels.get("group"), "(cluster)"),
+                _mrkdwn(f"*Severity:*\n{icon} {n.severity}"),
+                _mrkdwn(f"*Firing:*\n{len(n.firing)} alert(s)"),
             ],
         },
     ]
     if n.storm is not None:
-        out.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(storm_text(n))}})
+        out.append({"type": "section", "text": _mrkdwn(slack_text(storm_text(n), MAX_SECTION))})
     shown = list(n.alerts)[:MAX_ALERT_SECTIONS]
-    for a in shown:
-        if a["state"] != "resolved":
-            mark = a["severity"]
-        else:  # a muted one (silenced, inhibited) left the message, still firing
-            mark = ":zzz: muted" if a.get("muted") else ":white_check_mark: resolved"
-        lines = [f"*{a['rule']}* ({mark}): {a['summary']}", *_figures(a)]
-        if a.get("runbook_url"):
-            lines.append(f"<{a['runbook_url']}|Runbook>")
-        out.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut("\n".join(lines))}})
+    out += [_alert_section(a) for a in shown]
     if len(n.alerts) > len(shown):
-        out.append(
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"and {len(n.alerts) - len(shown)} more alert(s)"}],
-            }
-        )
-    if grafana_url:
-        try:
-            url = grafana_url.format(**{k: v or "" for k, v in n.group_labels.items()})
-        except (KeyError, IndexError, ValueError):
-            url = grafana_url
+        out.append({"type": "context", "elements": [_mrkdwn(f"and {len(n.alerts) - len(shown)} more alert(s)")]})
+    url = _dashboard_url(grafana_url, n.group_labels) if grafana_url else None
+    if url:
         out.append(
             {
                 "type": "actions",
@@ -124,13 +166,14 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
     out.append(
         {
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"lagwatch · {n.kind} · #{n.id} · {_iso(n.created_at)}"}],
+            "elements": [_mrkdwn(f"lagwatch · {n.kind} · #{n.id} · {_iso(n.created_at)}")],
         }
     )
     return out[:MAX_BLOCKS]
 
 
 def thread_text(n: Notification) -> str:
+    """A thread reply's text (mrkdwn, escaped)."""
     if n.kind == "resolved":
         ended = sorted({a["rule"] for a in n.alerts if not a.get("muted")})
         muted = sorted({a["rule"] for a in n.alerts if a.get("muted")} - set(ended))
@@ -138,9 +181,8 @@ def thread_text(n: Notification) -> str:
         if muted:  # still firing, silenced or inhibited: not resolved
             text += ("; " if text else "") + f":zzz: muted: {', '.join(muted)}"
         return text
-    return (
-        f"Still firing ({n.kind}): "
-        + "; ".join(f"{a['rule']} ({a['severity']}): {a['summary']}" for a in n.firing)[:2900]
+    return f"Still firing ({n.kind}): " + slack_text(
+        "; ".join(f"{a['rule']} ({a['severity']}): {a['summary']}" for a in n.firing), 2900
     )
 
 

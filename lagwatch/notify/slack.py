@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 METADATA_EVENT = "lagwatch_notification"
 
 PACE_S = 1.0
+# A link in a message is never previewed: none is lagwatch's but the operator's runbook and dashboard.
+_NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
 
 
 # Lookups Slack refuses for want of a scope or a channel this token sees: lagwatch cannot check, and posts again.
@@ -249,13 +251,15 @@ class SlackNotifier:
         blocks = render.blocks(notification, self.config.grafana_url)
         if ref is None or notification.kind == "firing":
             # A new incident for this group: a message of its own.
-            return self._post(notification, key, self.channel_for(notification), maybe_sent, text=text, blocks=blocks)
+            return self._post(
+                notification, key, self.channel_for(notification), maybe_sent, text=text, blocks=blocks, **_NO_UNFURL
+            )
         try:
             self._call("chat_update", ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
         except _MessageGone:
             # Someone deleted the message (or it can no longer be edited): the news goes out as a new message,
             # which later updates and replies then follow. Its thread went with it, so no reply this time.
-            return self._post(notification, key, ref["channel"], maybe_sent, text=text, blocks=blocks)
+            return self._post(notification, key, ref["channel"], maybe_sent, text=text, blocks=blocks, **_NO_UNFURL)
         if notification.kind in ("repeat", "resolved"):
             reply = render.thread_text(notification)
             self._post(notification, key + "|reply", ref["channel"], maybe_sent, thread_ts=ref["ts"], text=reply)
@@ -267,7 +271,7 @@ class SlackNotifier:
         text = "\n".join(lines)
         blocks = [
             {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000], "verbatim": True}},
         ]
         for attempt in range(3):
             try:

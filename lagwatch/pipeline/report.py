@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.errors import LagwatchError
+from lagwatch.escape import slack_code, slack_text
 
 PERCENTILES = (0.5, 0.95, 0.99)
 DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the expiry rule's warning point (75%)
@@ -556,8 +557,8 @@ def digest(report: Report, title: str, limit: int = 5) -> list[str]:
     daily, incidents, misses = report.group_daily, report.incidents, report.expiry_near_misses
     clusters = daily["cluster"].nunique() if len(daily) else 1
 
-    def name(cluster: str, group: str) -> str:
-        return f"`{group}`" if clusters == 1 else f"`{cluster}/{group}`"
+    def name(cluster: str, group: str) -> str:  # names from the cluster: never markup (lagwatch.escape)
+        return slack_code(group if clusters == 1 else f"{cluster}/{group}", 300)
 
     groups = daily.groupby(["cluster", "group"]).ngroups if len(daily) else 0
     lines = [f"{groups} groups, {len(incidents)} incidents, {len(misses)} offset expiry near misses"]
@@ -584,7 +585,7 @@ def digest(report: Report, title: str, limit: int = 5) -> list[str]:
         else:
             left = _hours(r.min_time_to_expiry_s)
             lines.append(f"• {name(r.cluster, r.group)} came within {left} of losing its offsets")
-    lines.append(f"Report: {report.html_path}")
+    lines.append(f"Report: {slack_text(report.html_path)}")
     return lines
 
 

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,6 +37,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("lagwatch.http")
 MAX_BODY_BYTES = 64 * 1024
 API = "/api/v1"
+
+
+class _AnyName(Convertor[str]):
+    """A path segment to the end of the path that may hold any character: a group id is any client's choice, `/`
+    and line feeds included (Starlette's `path` is `.*`, which stops at a line feed: such a group answered 404)."""
+
+    regex = "(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("any_name", _AnyName())
 
 
 class ApiError(Exception):
@@ -286,6 +303,9 @@ def _probes(app: FastAPI) -> None:
         body: dict[str, Any] = {"ready": not waiting and not problems, "waiting_for": waiting}
         if problems:
             body["problems"] = problems
+        notes = health.state_notes(getattr(getattr(daemon, "store", None), "db", None))
+        if notes:
+            body["notes"] = notes
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.head("/metrics", include_in_schema=False)
@@ -399,9 +419,9 @@ def _api(app: FastAPI) -> None:
             raise ApiError(503, f"cluster {cluster!r} has no successful poll to show")
         return summaries
 
-    # `:path`: a group id may contain "/" (sent raw or as %2F; the server decodes both to "/").
+    # A group id may hold any character: "/" (sent raw or as %2F; the server decodes both to "/"), a line feed.
     @app.get(
-        f"{API}/clusters/{{cluster}}/groups/{{group:path}}",
+        f"{API}/clusters/{{cluster}}/groups/{{group:any_name}}",
         summary="One group: status, lag, lag seconds, ETA, expiry, partitions, active alerts",
         response_model=models.GroupDetail,
         dependencies=read,
