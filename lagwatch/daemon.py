@@ -161,13 +161,14 @@ class Daemon:
             log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
             self.store.db.set_aside(table, key, f"unknown shape: {why}")
         book.load_config_silences()
-        if self.store.db.restored_from_copy:
-            # The last run issued notification ids past this copy's sequence: issued again, a receiver that takes
-            # an id once (the webhook body's `id`) would drop the new notifications as duplicates.
+        if self.store.db.lost_state:
+            # The last run issued notification ids past this state's sequence (a copy, or nothing): issued again,
+            # a receiver that takes an id once (the webhook body's `id`) would drop the new notifications as
+            # duplicates, and Slack's lookups would take them for posts already made.
             book.sequence = max(book.sequence, int(self.clock()))
         odd: list[tuple[str, str, Any]] = []
         outbox = Outbox.from_json(raw.get("outbox"), odd)
-        if self.store.db.unclean_stop or self.store.db.restored_from_copy:
+        if self.store.db.unclean_stop or self.store.db.lost_state:
             self._doubt_deliveries(outbox)
         for key, why, row in odd:  # only these: every other queued notification is still delivered
             log.error("queued notification of an unknown shape set aside", extra={"key": key, "error": why})
@@ -450,6 +451,9 @@ class Daemon:
             "delivered": self.dispatcher.delivered,
             "failed": self.dispatcher.failed_attempts,
             "state_save_failures": self.state_failures,
+            "state_damage_found": len(self.store.db.damage),
+            "state_rows_set_aside": self.store.db.rows_set_aside,
+            "state_writable": int(not self.store.db.read_only and not self.state_owed),
             "collapsed": self.outbox.collapsed,
             **(
                 {"clock_steps_back": self.clock.steps_back, "clock_ahead_seconds": self.clock.ahead_s}

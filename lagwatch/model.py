@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from lagwatch.matchers import full_match
 
@@ -191,3 +194,48 @@ def key_part(text: str) -> str:
     if "|" in text or "=" in text or "\\" in text:
         return text.replace("\\", "\\\\").replace("|", "\\|").replace("=", "\\=")
     return text
+
+
+_Row = TypeVar("_Row")
+
+
+def from_row(cls: type[_Row], row: Any) -> _Row:
+    """A dataclass made from a saved row (a dict of plain JSON values), every field of the type its annotation
+    says: a row of another shape (a hand edit, a damaged file: `labels` a list, `attempts` text) raises TypeError
+    here, where its loader sets it aside, instead of failing later at every poll or in a notifier's worker."""
+    if not isinstance(row, dict):
+        raise TypeError(f"a {type(row).__name__}, not an object")
+    made = cls(**row)
+    for name, hint in _hints(cls).items():  # type: ignore[arg-type]  # a class is hashable
+        value = getattr(made, name)
+        if not _of_type(value, hint):
+            raise TypeError(f"{name} is a {type(value).__name__} ({str(value)[:40]!r}), not {hint}")
+    return made
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _of_type(value: Any, hint: Any) -> bool:
+    """A coarse check of a JSON value against a type annotation (unions, None, str, numbers, dicts, lists)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_of_type(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    if origin is dict:
+        return isinstance(value, dict) and all(_of_type(k, args[0]) and _of_type(v, args[1]) for k, v in value.items())
+    if origin in (list, tuple):
+        element = args[0] if args else Any
+        return isinstance(value, list | tuple) and all(_of_type(v, element) for v in value)
+    return True  # another class (a nested dataclass): its own loader checks it

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from lagwatch.alerts.settings import AlertsConfig
-from lagwatch.matchers import full_match
-from lagwatch.model import Finding, key_part
+from lagwatch.matchers import compile_pattern, full_match
+from lagwatch.model import Finding, from_row, key_part
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 SILENCE_KEPT_S = 3600.0  # an API silence is let go this long after it ended
@@ -165,7 +165,7 @@ class Notification:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Notification:
-        return cls(**{**raw, "alerts": tuple(raw["alerts"])})
+        return from_row(cls, {**raw, "alerts": tuple(raw["alerts"])})
 
 
 class Inhibitor(NamedTuple):
@@ -705,7 +705,7 @@ class AlertBook:
                 return None
 
         for row in raw.get("alerts", []):
-            alert = load("alerts", row, lambda a: Alert(**a))
+            alert = load("alerts", row, lambda a: from_row(Alert, a))
             if alert is not None:
                 book.alerts[alert.key] = alert
         for row in raw.get("groups", []):
@@ -715,11 +715,11 @@ class AlertBook:
         names = {r.name for r in receivers}
         for row in raw.get("storms", []):
             # A storm saved before `announced` was kept: its members were all in its last summary.
-            storm = load("storms", row, lambda st: Storm(**{"announced": dict(st.get("members") or {}), **st}))
+            storm = load("storms", row, lambda st: from_row(Storm, {"announced": dict(st.get("members") or {}), **st}))
             if storm is not None and storm.receiver in names:  # a receiver no longer configured: let go
                 book.storms[storm.key] = storm
         for row in raw.get("silences", []):
-            silence = load("silences", row, lambda si: Silence(**si))
+            silence = load("silences", row, _silence)
             if silence is not None:
                 book.silences.append(silence)
         return book
@@ -754,4 +754,15 @@ def _group(raw: dict[str, Any], receivers: tuple[Receiver, ...]) -> AlertGroup:
     for memory in ("notified", "last_notified_at", "storm"):
         if isinstance(g.get(memory), dict):
             g[memory] = {r: v for r, v in g[memory].items() if r in names}
-    return AlertGroup(**g)
+    return from_row(AlertGroup, g)
+
+
+def _silence(raw: Any) -> Silence:
+    """A saved silence whose every matcher still compiles (one that did not failed every poll after it)."""
+    silence = from_row(Silence, raw)
+    for label, pattern in silence.matchers.items():
+        try:
+            compile_pattern(pattern)
+        except ValueError as e:
+            raise ValueError(f"matcher {label}={pattern!r}: {e}") from None
+    return silence

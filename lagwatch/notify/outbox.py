@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagwatch.alerts import Notification
+from lagwatch.model import from_row
 
 
 @dataclass
@@ -33,13 +34,16 @@ class Delivery:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Delivery:
-        return cls(
-            notification=Notification.from_json(raw["notification"]),
-            notifier=raw["notifier"],
-            attempts=raw.get("attempts", 0),
-            next_attempt_at=raw.get("next_attempt_at", 0.0),
-            last_error=raw.get("last_error"),
-            in_flight=bool(raw.get("in_flight", False)),
+        return from_row(  # each field of its type: an `attempts` of text stopped the receiver's worker
+            cls,
+            {
+                "notification": Notification.from_json(raw["notification"]),
+                "notifier": raw["notifier"],
+                "attempts": raw.get("attempts", 0),
+                "next_attempt_at": raw.get("next_attempt_at", 0.0),
+                "last_error": raw.get("last_error"),
+                "in_flight": bool(raw.get("in_flight", False)),
+            },
         )
 
 

@@ -114,3 +114,16 @@ def readiness(
         if hung is not None:
             problems.append(f"cluster {rt.name!r}: saving its history has not finished for {hung:.0f} s (a hung disk?)")
     return waiting, problems
+
+
+def state_notes(db: Any) -> list[str]:
+    """What was found wrong with the saved state at start, and what lagwatch went on from (StateDatabase)."""
+    notes = [f"state damaged at start: {what}" for what in getattr(db, "damage", ())]
+    if notes and getattr(db, "started_from", None):
+        notes.append(f"started from {db.started_from}")
+    set_aside = getattr(db, "rows_set_aside", 0)
+    if set_aside:
+        notes.append(f"{set_aside} saved row(s) of an unknown shape set aside (table set_aside of state.db)")
+    if getattr(db, "read_only", False):
+        notes.append("the state directory refuses writes: running from memory, saves are tried again")
+    return notes

@@ -386,6 +386,22 @@ def render_daemon(alerts: Iterable[Alert], notify_stats: Mapping[str, float]) ->
         [],
         notify_stats.get("state_save_failures", 0),
     )
+    if "state_damage_found" in notify_stats:
+        f.set(
+            f.counter("state_damage_found", "Damage found in state.db at start (each kind once; see the log)", []),
+            [],
+            notify_stats["state_damage_found"],
+        )
+        f.set(
+            f.counter("state_rows_set_aside", "Rows of state.db of an unknown shape, set aside unused", []),
+            [],
+            notify_stats["state_rows_set_aside"],
+        )
+        f.set(
+            f.gauge("state_writable", "1 while the state directory takes writes; 0: running from memory", []),
+            [],
+            notify_stats["state_writable"],
+        )
     f.set(
         f.counter("notifications_collapsed", "Stale repeats dropped for a newer notification of the group", []),
         [],

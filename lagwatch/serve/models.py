@@ -46,6 +46,9 @@ class Readiness(_Out):
     ready: bool
     waiting_for: list[str] = Field(description="clusters without a successful poll yet")
     problems: list[str] | None = Field(default=None, description="only when something besides polls is wrong")
+    notes: list[str] | None = Field(
+        default=None, description="what the operator should know that does not keep lagwatch from working"
+    )
 
 
 class PollError(_Out):

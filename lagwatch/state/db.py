@@ -20,7 +20,9 @@ import json
 import logging
 import operator
 import os
+import re
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
@@ -52,6 +54,13 @@ CREATE TABLE IF NOT EXISTS set_aside (at REAL NOT NULL, tbl TEXT NOT NULL, key T
 """
 
 _ROW_TABLES = ("alerts", "alert_groups", "storms", "silences", "refs")
+# Each table's columns as _SCHEMA makes them: a file whose tables differ (dropped, recreated with other columns) is
+# damaged. Recreated empty without a word, a dropped `outbox` lost the queued deliveries and a dropped `meta`
+# issued notification ids again from 00000001.
+_COLUMNS = {
+    m.group(1): [c.split()[0] for c in re.split(r",\s*(?![^()]*\))", m.group(2).strip()) if c.strip()]
+    for m in re.finditer(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", _SCHEMA, re.S)
+}
 
 
 _KEY_COLUMN = {"silences": "id", "outbox": "id", "meta": "name"}
@@ -86,6 +95,47 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _structure_problem(db: sqlite3.Connection) -> str | None:
+    """What differs from lagwatch's tables in a database of the current schema version, or None."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    missing = [t for t in _COLUMNS if t not in tables]
+    if missing:
+        return f"tables missing: {', '.join(missing)}"
+    for table, expected in _COLUMNS.items():
+        columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+        if columns != expected:
+            return f"table {table} has columns {', '.join(columns)}; expected {', '.join(expected)}"
+    return None
+
+
+_WAL_MAGIC = (0x377F0682, 0x377F0683)  # little- and big-endian checksums (SQLite's file format, section 4.1)
+
+
+def _wal_header_problem(wal: Path) -> str | None:
+    """A write-ahead log SQLite would skip without a word: a header of another magic or a checksum that fails.
+    SQLite takes such a log for an empty one, so the saves it holds (the last deliveries) were lost silently."""
+    try:
+        with open(wal, "rb") as f:
+            header = f.read(32)
+    except OSError:
+        return None
+    if not header:
+        return None
+    if len(header) < 32:
+        return "write-ahead log shorter than its header"
+    magic = struct.unpack(">I", header[:4])[0]
+    if magic not in _WAL_MAGIC:
+        return "write-ahead log of an unknown format (not SQLite's)"
+    words = struct.unpack((">" if magic & 1 else "<") + "6I", header[:24])
+    s0 = s1 = 0
+    for x0, x1 in zip(words[::2], words[1::2], strict=True):
+        s0 = (s0 + x0 + s1) & 0xFFFFFFFF
+        s1 = (s1 + x1 + s0) & 0xFFFFFFFF
+    if (s0, s1) != struct.unpack(">2I", header[24:32]):
+        return "write-ahead log header checksum fails"
+    return None
+
+
 class StateDatabase:
     def __init__(self, directory: Path, relock: Callable[[], None] | None = None) -> None:
         self.directory = directory
@@ -103,6 +153,7 @@ class StateDatabase:
         # The file the connection writes (device, inode): a state.db deleted or replaced while lagwatch runs is
         # noticed at the next save, and everything is written again to a new one (_heal_if_replaced).
         self._identity: tuple[int, int] | None = None
+        self._dir_identity: tuple[int, int] | None = None  # the directory locked (StateStore); another is locked anew
         self.replaced = 0  # times that happened
         self.full_save_owed = False  # a new file has only what saves wrote since: the next save with the book all
         self._reopen_owed = False  # the file went, and a new one could not be made yet: every write tries again
@@ -112,46 +163,65 @@ class StateDatabase:
         # The last run did not stop cleanly (killed, or its last save failed): what it delivered after its last
         # save that reached the disk is not in this state, and a delivery it made may be made again.
         self.unclean_stop = False
+        # Damage found at start (what, one line each), and whether the state in use is older than the last run's
+        # (a copy, or nothing): the daemon then moves the notification sequence on and has Slack searched.
+        self.damage: list[str] = []
+        self.lost_state = False
+        self.started_from: str | None = None
+        self.rows_set_aside = 0  # rows of an unknown shape set aside (at start, or when the book found them)
 
     # -- opening --------------------------------------------------------------------------------------------------
 
     def open(self) -> StateDatabase:
+        """Opens the state, checked first (lagwatch's tables and columns, `PRAGMA quick_check`, a write-ahead log
+        SQLite would skip). Damage is never silent: the damaged file is kept aside, one error line says what was
+        found and what lagwatch starts from (the last good copy, or nothing), and `damage` keeps it for /readyz
+        and /metrics. Starting from a copy or from nothing, `lost_state` is set: the notification sequence moves
+        past every id the lost state may have issued, and Slack is searched before a group's message is posted."""
+        self._dir_identity = _identity(self.directory)
+        wal = Path(f"{self.path}-wal")
+        problem = _wal_header_problem(wal) if self.path.is_file() else None
+        if problem is not None:
+            # The database file itself is whole (SQLite checkpoints whole transactions into it): it is used
+            # without the log, and what the log held (the last saves) is known to be missing.
+            aside = self._move_aside(("-wal", "-shm"))
+            self._damaged(f"{problem}; it is moved to {aside}-wal, and the saves it held are lost")
         if self._missing_or_empty():
-            last_good = (self.directory / LAST_GOOD).is_file()
-            if last_good or Path(f"{self.path}-wal").exists():
+            had_wal = wal.exists()
+            if had_wal or self.lost_state or (self.directory / LAST_GOOD).is_file():
                 # Deleted, or truncated to nothing (a failed copy, a full disk): SQLite takes an empty file for a
                 # new database, and every incident announced before was announced again, every resolve owed lost.
-                log.warning(
-                    "state database missing or empty: "
-                    + (
-                        "starting from the last good copy (saved at the last clean stop)"
-                        if last_good
-                        else "starting empty"
-                    ),
-                    extra={"file": str(self.path)},
-                )
                 self.path.unlink(missing_ok=True)
-                for suffix in ("-wal", "-shm"):  # a log without its database is nothing SQLite can read: kept aside
-                    orphan = Path(f"{self.path}{suffix}")
-                    if orphan.exists():
-                        os.replace(orphan, orphan.with_name(f"{orphan.name}.set-aside-{int(time.time())}"))
-                if last_good:
-                    self._db = self._connect_last_good(quiet=True)
-                    self._identity = _identity(self.path)
-                    return self
+                aside = self._move_aside(("-wal", "-shm"))  # a log without its database: nothing SQLite reads
+                self._damaged(
+                    "state database missing or empty"
+                    + (f"; its write-ahead log is moved to {aside}-wal" if had_wal else "")
+                )
+                self._db = self._connect_last_good()
+                self._identity = _identity(self.path)
+                self._mark_running(self._db)
+                return self
         try:
             self._db = self._connect(self.path)
         except sqlite3.OperationalError as e:
             # Disk full, read-only, no permission: the file may be fine. Never set it aside for that.
             self._db = self._connect_read_only(e)
         except (sqlite3.DatabaseError, _NewerSchemaError) as e:
-            self._set_aside_file(e)
+            aside = self._move_aside(("", "-wal", "-shm"))
+            self._damaged(f"state database unusable ({e}); it is moved to {aside}")
             self._db = self._connect_last_good()
+        if self.damage and self.started_from is None:  # only the log was damaged: the file is used as it is
+            self._say_damage("the database file without its log")
         self._identity = _identity(self.path)
         self.unclean_stop = self._db.execute("SELECT 1 FROM meta WHERE name = 'running'").fetchone() is not None
         if not self.read_only:
             self._mark_running(self._db)
         return self
+
+    def _damaged(self, what: str) -> None:
+        """Damage found at start: said once the start knows what it goes on from (see _connect_last_good)."""
+        self.damage.append(what)
+        self.lost_state = True
 
     @staticmethod
     def _mark_running(db: sqlite3.Connection) -> None:
@@ -160,6 +230,10 @@ class StateDatabase:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('running', '1')")
 
     def _connect(self, path: Path) -> sqlite3.Connection:
+        """The database at `path`, of lagwatch's schema (made in a new file). StateDamagedError when the file is
+        not sound: the integrity check fails, its tables differ from lagwatch's, or it is another SQLite file."""
+        wal = Path(f"{path}-wal")
+        existing = _has_content(path) or _has_content(wal)
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -167,7 +241,16 @@ class StateDatabase:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise _NewerSchemaError(f"schema version {version}, this lagwatch knows up to {SCHEMA_VERSION}")
-            db.execute("PRAGMA quick_check").fetchone()
+            check = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if check != ["ok"]:
+                raise StateDamagedError(f"integrity check: {'; '.join(check[:3])}")
+            if version == SCHEMA_VERSION:
+                problem = _structure_problem(db)
+                if problem is not None:
+                    raise StateDamagedError(problem)
+            elif version == 0 and (existing or db.execute("SELECT 1 FROM sqlite_master").fetchone() is not None):
+                # lagwatch sets the version with its tables: a file that held something without it is not ours
+                raise StateDamagedError("not a lagwatch state database (no schema version)")
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -182,8 +265,20 @@ class StateDatabase:
         not be able to create; then the file alone is read, but only if the WAL holds nothing (it is never skipped:
         it may hold the last deliveries, and reading without them would send them again)."""
         cannot = LagwatchError(f"state_dir {str(self.directory)!r}: cannot open {FILE}: {error}")
+        if not self.path.exists():
+            # Nothing saved yet (a read-only or missing volume at the first start): lagwatch alerts all the same,
+            # from memory, and the first save the disk takes makes the file (exited 1, though the README said so).
+            self.read_only = True
+            log.error(
+                "state directory refuses writes (read-only or missing volume?): running without saving, alerting "
+                "goes on from memory, saves are tried again",
+                extra={"file": str(self.path), "error": str(error)},
+            )
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            db.executescript(_SCHEMA)
+            return db
         if not self.path.is_file():
-            raise cannot from None  # nothing saved yet: nothing to read
+            raise cannot from None  # a directory or a device in its place: said, never written over
         uri = self.path.resolve().as_uri()
         uris = [f"{uri}?mode=ro"]
         wal = Path(f"{self.path}-wal")
@@ -214,6 +309,7 @@ class StateDatabase:
         if self._reopen_owed:
             self._reopen()
         if self.read_only:
+            self._claim_directory()
             db = self._connect(self.path)
             self._mark_running(db)
             self.db.close()
@@ -221,16 +317,25 @@ class StateDatabase:
             log.warning("state database writable again", extra={"file": str(self.path)})
         return self.db
 
-    def _set_aside_file(self, error: BaseException) -> None:
-        aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
-        for suffix in ("", "-wal", "-shm"):
+    def _claim_directory(self) -> None:
+        """The state directory, made if it is gone, and locked again if it is not the one locked (deleted and made
+        again while lagwatch runs). OSError while it cannot be made, or another process holds it."""
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True)
+        now = _identity(self.directory)
+        if now != self._dir_identity and self._relock is not None:
+            self._relock()
+        self._dir_identity = now
+
+    def _move_aside(self, suffixes: tuple[str, ...]) -> Path:
+        """The state database's files with these suffixes moved aside, kept for inspection; returns the new name
+        (without the suffix)."""
+        aside = _unused(self.path.with_name(f"{FILE}.set-aside-{int(time.time())}"))
+        for suffix in suffixes:
             source = Path(f"{self.path}{suffix}")
             if source.exists():
                 os.replace(source, Path(f"{aside}{suffix}"))
-        log.error(
-            "state database unusable, moved aside; starting from the last good copy if there is one",
-            extra={"file": str(self.path), "moved_to": str(aside), "error": str(error)},
-        )
+        return aside
 
     def _missing_or_empty(self) -> bool:
         """No database file (its write-ahead log alone is nothing SQLite reads), or an empty one whose log is empty
@@ -244,23 +349,38 @@ class StateDatabase:
             return False
         return self.path.is_file() and self.path.stat().st_size == 0
 
-    def _connect_last_good(self, quiet: bool = False) -> sqlite3.Connection:
+    def _connect_last_good(self) -> sqlite3.Connection:
+        """After damage: the last good copy (made at the last clean stop) if it is sound, else a new database. One
+        error line says what was found and what lagwatch goes on from."""
         last_good = self.directory / LAST_GOOD
+        source = "nothing"
         if last_good.is_file():
             try:
                 with (
-                    contextlib.closing(sqlite3.connect(last_good)) as source,
+                    contextlib.closing(sqlite3.connect(last_good)) as copy,
                     contextlib.closing(sqlite3.connect(self.path)) as target,
                 ):
-                    source.backup(target)
+                    copy.backup(target)
                 db = self._connect(self.path)
                 self.restored_from_copy = True
-                if not quiet:
-                    log.warning("state restored from the last good copy", extra={"file": str(last_good)})
-                return db
+                saved = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last_good.stat().st_mtime))
+                source = f"the last good copy, saved at {saved}"
             except (sqlite3.DatabaseError, _NewerSchemaError) as e:
-                self._set_aside_file(e)
-        return self._connect(self.path)
+                aside = self._move_aside(("", "-wal", "-shm"))
+                self.damage.append(f"the last good copy is unusable too ({e}); what it became is moved to {aside}")
+        if source == "nothing":
+            db = self._connect(self.path)
+        self._say_damage(source)
+        return db
+
+    def _say_damage(self, source: str) -> None:
+        """The one line that says what damage was found at start and what lagwatch goes on from."""
+        self.started_from = source
+        log.error(
+            f"state damaged: {'; '.join(self.damage)}; starting from {source}: notification ids go on past the old "
+            "ones, and Slack is searched for each group's message before one is posted",
+            extra={"file": str(self.path)},
+        )
 
     def close(self, keep_copy: bool = True, clean: bool = True) -> None:
         """`clean`: everything delivered is saved (a stop whose last save failed leaves the mark of a run that did
@@ -311,7 +431,11 @@ class StateDatabase:
                 k: tuple(a.get(field) for field in _ALERT_FINGERPRINT) for k, a in rows["alerts"].items()
             }
             sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
-            if sequence:
+            issued = _number(sequence[0]) if sequence else 0
+            if issued is None:  # notification ids issued again from 1 would be taken for old ones by receivers
+                self._set_aside_row("meta", "sequence", sequence[0], "the notification sequence is not a number")
+                self._damaged(f"notification sequence unreadable ({str(sequence[0])[:40]!r})")
+            elif sequence:
                 self._written["meta"] = {"sequence": sequence[0]}
             deliveries = []
             for key, _seq, notifier, body, attempts, next_at, error, in_flight in self.db.execute(
@@ -333,7 +457,7 @@ class StateDatabase:
                     )
         return {
             "book": {
-                "sequence": int(sequence[0]) if sequence else 0,
+                "sequence": issued or 0,
                 "alerts": list(rows["alerts"].values()),
                 "groups": list(rows["alert_groups"].values()),
                 "storms": list(rows["storms"].values()),
@@ -364,10 +488,10 @@ class StateDatabase:
 
     def _set_aside_row(self, table: str, key: str, body: str | None, why: str) -> None:
         log.error("damaged state row set aside", extra={"table": table, "key": key, "error": why})
+        self.rows_set_aside += 1
         with contextlib.suppress(sqlite3.Error), self._transaction() as db:
             db.execute("INSERT INTO set_aside VALUES (?, ?, ?, ?, ?)", (time.time(), table, key, body, why))
-            column = "id" if table in ("silences", "outbox") else "key"
-            db.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+            db.execute(f"DELETE FROM {table} WHERE {_KEY_COLUMN.get(table, 'key')} = ?", (key,))
 
     def set_aside(self, table: str, key: str, why: str) -> None:
         """A row that loaded as JSON but not as lagwatch's data (another shape): kept for inspection, not used."""
@@ -413,7 +537,7 @@ class StateDatabase:
             self._db.close()
         self._db, self._reopen_owed = None, True
         if now is not None:  # something else in its place: set aside, never overwritten
-            aside = self.path.with_name(f"{FILE}.set-aside-{int(time.time())}")
+            aside = _unused(self.path.with_name(f"{FILE}.set-aside-{int(time.time())}"))
             for suffix in ("", "-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.replace(Path(f"{self.path}{suffix}"), Path(f"{aside}{suffix}"))
@@ -422,10 +546,9 @@ class StateDatabase:
     def _reopen(self) -> None:
         """A new, empty database at the path, written whole by the next saves; OSError while it cannot be made."""
         try:
-            if not self.directory.is_dir():
-                self.directory.mkdir(parents=True)
-                if self._relock is not None:
-                    self._relock()
+            self._claim_directory()
+            if not self.path.exists():  # the log of the file that went is not this new file's
+                self._move_aside(("-wal", "-shm"))
             db = self._connect(self.path)
             self._mark_running(db)
         except (sqlite3.Error, OSError) as e:
@@ -603,3 +726,30 @@ class StateClosedError(RuntimeError):
 
 class _NewerSchemaError(Exception):
     pass
+
+
+class StateDamagedError(sqlite3.DatabaseError):
+    """The state database is not sound: kept aside for inspection, never used or overwritten."""
+
+
+def _number(text: Any) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _unused(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3`...: two set-asides in one second overwrote the first (os.replace)."""
+    candidate, n = path, 1
+    while any(Path(f"{candidate}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False

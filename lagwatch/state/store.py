@@ -2,8 +2,8 @@
 
   state.db             alert states, alert groups, storms, API silences, the outbox, message references, history
   state.db.last-good   a copy made at every clean stop, used when state.db is damaged or from a newer lagwatch
-  lock                 held while a daemon runs (with the directory itself): two daemons on one state directory
-                       would send duplicates
+  lock                 held while a daemon runs (with the directory itself, and the directory's name: see
+                       _lock_name): two daemons on one state directory would send duplicates
 
 Older lagwatch versions wrote JSON files (alerts.json, history/<cluster>.json): they are imported once, then
 renamed `*.imported`.
@@ -11,10 +11,13 @@ renamed `*.imported`.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -35,21 +38,29 @@ class StateStore:
         self.directory = directory
         self._lock_file: IO[str] | None = None
         self._dir_fd: int | None = None
+        self._name_lock: socket.socket | None = None
         self.db = StateDatabase(directory, relock=self._relock)
 
     def open(self) -> StateStore:
+        """Locks the state directory and opens its database. A directory that cannot be made or written (a
+        read-only or missing volume) is no reason not to alert: lagwatch runs from memory, says so, and saves
+        once the disk takes writes (StateDatabase)."""
+        where = f"state_dir {str(self.directory)!r}"
+        self._name_lock = _lock_name(self.directory)  # first: held whatever becomes of the directory
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot create it: {e.strerror}") from None
+            log.error(f"{where}: cannot create it ({e.strerror}): alerting goes on from memory, saves are tried again")
         try:
             self._lock_file, self._dir_fd = _lock(self.directory)
         except BlockingIOError:
-            raise StateLockedError(f"state_dir {str(self.directory)!r} is in use by another lagwatch process") from None
-        except OSError as e:
-            raise LagwatchError(f"state_dir {str(self.directory)!r}: cannot write in it: {e.strerror}") from None
+            self._unlock()
+            raise StateLockedError(f"{where} is in use by another lagwatch process") from None
+        except OSError as e:  # read-only or missing: the name lock alone holds
+            log.debug("state directory not locked by file", extra={"error": e.strerror})
         self.db.open()
-        self._import_json_files()
+        if not self.db.read_only:
+            self._import_json_files()
         return self
 
     def close(self, clean: bool = True) -> None:
@@ -57,6 +68,9 @@ class StateStore:
         self._unlock()
 
     def _unlock(self) -> None:
+        if self._name_lock is not None:
+            self._name_lock.close()
+            self._name_lock = None
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -74,7 +88,11 @@ class StateStore:
             raise OSError(
                 f"state_dir {str(self.directory)!r} was made again and is in use by another process"
             ) from None
-        self._unlock()
+        for old in (self._lock_file, self._dir_fd):  # the name lock stays: it never went
+            if isinstance(old, int):
+                os.close(old)
+            elif old is not None:
+                old.close()
         self._lock_file, self._dir_fd = held
 
     # -- alerts, outbox, history ----------------------------------------------------------------------------------
@@ -107,6 +125,25 @@ class StateStore:
             if raw is not None and isinstance(raw.get("cluster"), str):
                 self.db.write_history(raw["cluster"], raw)
             os.replace(path, path.with_name(path.name + ".imported"))
+
+
+def _lock_name(directory: Path) -> socket.socket:
+    """A lock on the state directory's name, not on the directory: an abstract Unix socket bound to a name made
+    from its absolute path, which the kernel frees when the process ends and nothing on disk can remove. Locks on
+    files went with the directory when it was deleted while lagwatch ran: a second daemon started on the path
+    made anew ran beside the first, both notified, and each moved the other's state.db aside. (Abstract names
+    are per network namespace: the file locks below still hold between containers that share a volume.)"""
+    path = os.path.abspath(directory)
+    name = "\0lagwatch-state-" + hashlib.sha256(os.fsencode(path)).hexdigest()[:40]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(name)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise StateLockedError(f"state_dir {path!r} is in use by another lagwatch process") from None
+        raise LagwatchError(f"state_dir {path!r}: cannot lock it: {e.strerror}") from None
+    return sock
 
 
 def _lock(directory: Path) -> tuple[IO[str], int | None]:
