@@ -58,6 +58,11 @@ SEND_STOP_WAIT_S = 10.0
 HISTORY_STOP_WAIT_S = 12.0
 
 
+# After a start from state older than the last run's: how far back Slack is searched for the message of an incident
+# still firing (an incident open longer than this is announced again).
+LOST_STATE_LOOKBACK_S = 7 * 86400.0
+
+
 class Daemon:
     def __init__(
         self,
@@ -166,6 +171,11 @@ class Daemon:
             # a receiver that takes an id once (the webhook body's `id`) would drop the new notifications as
             # duplicates, and Slack's lookups would take them for posts already made.
             book.sequence = max(book.sequence, int(self.clock()))
+            # ... and messages of incidents it announced may be there: found and updated, not announced again.
+            for notifier in self.notifiers.values():
+                recover = getattr(notifier, "recover_messages_since", None)
+                if recover is not None:
+                    recover(self.clock() - LOST_STATE_LOOKBACK_S)
         odd: list[tuple[str, str, Any]] = []
         outbox = Outbox.from_json(raw.get("outbox"), odd)
         if self.store.db.unclean_stop or self.store.db.lost_state:

@@ -341,6 +341,8 @@ def test_a_retry_after_of_a_day_holds_neither_the_worker_nor_the_other_groups(sl
     d = Dispatcher(life.outbox, {"slack": notifier(slack)}, persist=lambda: None).start()
     try:
         wait_for(lambda: len(slack.delivered("chat.postMessage")) == 1, timeout=10, what="b's firing")
+        # Slack answered b; its delivery leaves the outbox once the worker has read the answer (a race under load)
+        wait_for(lambda: len(life.outbox.deliveries) == 1, timeout=10, what="b's delivery recorded")
         (waiting,) = life.outbox.deliveries
         assert waiting.notification.group_labels["group"] == "a"
         assert waiting.next_attempt_at - time.time() <= dispatcher.RETRY_AFTER_MAX_S

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -337,14 +336,13 @@ class _Worker:
     def _persist(self) -> None:
         try:
             self._persist_state()
-        except Exception as e:
+        except Exception:
             with self.counters.lock:
                 self.counters.persist_failures += 1
             if not self._persist_owed:  # once per streak: a full disk must not flood the log
-                log.error(
+                log.exception(
                     "saving the alert state failed; delivering from memory, will save again",
-                    exc_info=not isinstance(e, sqlite3.Error | OSError),  # a full or read-only disk: one line
-                    extra={"notifier": self.name, "retry_in_s": PERSIST_RETRY_S, "error": str(e)},
+                    extra={"notifier": self.name, "retry_in_s": PERSIST_RETRY_S},
                 )
             self._persist_owed = True
             self._persist_retry_at = self._clock() + PERSIST_RETRY_S

@@ -25,7 +25,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from slack_sdk import WebClient
@@ -81,6 +81,8 @@ class SlackNotifier:
         self._uncertain: dict[str, float] = {}  # message key -> when a post whose outcome is unknown was tried
         self._channel_ids: dict[str, str] = {}  # channel name (without #) -> id: learnt from posts and lookups
         self._lookup_warned = False
+        self.recover_since: float | None = None  # see recover_messages_since
+        self._recovered_groups: set[str] = set()
 
     def channel_for(self, n: Notification) -> str:
         worst = (n.firing or list(n.alerts) or [{}])[0]
@@ -156,7 +158,14 @@ class SlackNotifier:
         return {"channel": response["channel"], "ts": response["ts"]}
 
     def _find_posted(self, channel: str, key: str, since: float, thread_ts: str | None = None) -> dict[str, Any] | None:
-        """The message (or, with `thread_ts`, the reply in that thread) posted with `key` since `since`, if any.
+        found = self._find(channel, since, thread_ts, lambda k: k == key)
+        return None if found is None else {"channel": found["channel"], "ts": found["ts"]}
+
+    def _find(
+        self, channel: str, since: float, thread_ts: str | None, wanted: Callable[[str], bool]
+    ) -> dict[str, Any] | None:
+        """The newest message (or, with `thread_ts`, reply in that thread) since `since` whose key is `wanted`, as
+        {channel, ts, text}, if any.
         None when it is not there, or when lagwatch cannot look (a scope missing: it posts again and says so
         once). A lookup Slack does not answer (down, 5xx, rate limited, too slow) raises RetryableError: taken for
         "not there", it posted twice. Slack answers history newest first, a page at a time: in a busy channel the
@@ -180,8 +189,8 @@ class SlackNotifier:
             messages: list[dict[str, Any]] = page.get("messages", [])
             for message in messages:
                 payload = (message.get("metadata") or {}).get("event_payload") or {}
-                if payload.get("key") == key:
-                    return {"channel": channel_id, "ts": message["ts"]}
+                if isinstance(payload.get("key"), str) and wanted(payload["key"]):
+                    return {"channel": channel_id, "ts": message["ts"], "text": message.get("text") or ""}
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
             if not page.get("has_more") or cursor is None:
                 return None
@@ -233,6 +242,24 @@ class SlackNotifier:
 
     checks_duplicates = True  # the dispatcher says when an earlier attempt's outcome is unknown
 
+    def recover_messages_since(self, since: float) -> None:
+        """The state lagwatch started from is older than the last run's (damaged, a copy, or none): an incident
+        firing now may have been announced since `since`, in a message this state does not know. The first firing
+        of each group looks for that message and updates it instead of announcing the incident again."""
+        self.recover_since = since
+
+    def _message_of_lost_state(self, n: Notification) -> dict[str, Any] | None:
+        """The newest message of `n`'s group posted since `recover_since`, if the incident it tells is not
+        resolved; asked once per group."""
+        if n.group_key in self._recovered_groups or self.recover_since is None:
+            return None
+        prefix = f"{self.name}|{n.group_key}|"
+        found = self._find(self.channel_for(n), self.recover_since, None, lambda k: k.startswith(prefix))
+        self._recovered_groups.add(n.group_key)  # after the lookup: one that failed (retried) asks again
+        if found is None or found["text"].startswith("[RESOLVED]"):
+            return None
+        return {"channel": found["channel"], "ts": found["ts"]}
+
     def send(
         self, notification: Notification, ref: dict[str, Any] | None, maybe_sent: bool = False
     ) -> dict[str, Any] | None:
@@ -249,6 +276,13 @@ class SlackNotifier:
     ) -> dict[str, Any] | None:
         text = render.fallback_text(notification)
         blocks = render.blocks(notification, self.config.grafana_url)
+        if ref is None and notification.kind == "firing" and self.recover_since is not None:
+            ref = self._message_of_lost_state(notification)
+            if ref is not None:  # the incident's message is there: it is updated, not announced again
+                self._call("chat_update", ref["channel"], ts=ref["ts"], text=text, blocks=blocks)
+                reply = ":information_source: lagwatch restarted without its saved state; this is still firing"
+                self._post(notification, key + "|reply", ref["channel"], maybe_sent, thread_ts=ref["ts"], text=reply)
+                return ref
         if ref is None or notification.kind == "firing":
             # A new incident for this group: a message of its own.
             return self._post(
