@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -396,3 +397,39 @@ def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> 
     tick([stalled, lag], 3600, False)  # the repeat (stalled ended, muted) waits: the receiver is down
     tick([stalled, finding(severity="critical")], 3900, True)  # an update queued behind it; the receiver is back
     assert ("stalled", "resolved") in received and outbox.collapsed == 0
+
+
+def test_every_notifier_says_muted_for_an_alert_that_is_only_inhibited(caplog: object) -> None:
+    """The demo's log notifier printed `(resolved, warning)` for `stalled` inhibited by `stopped`, then `(firing)`
+    again when the inhibition ended: a new user read that the incident had ended. Slack said muted; now the log
+    and the webhook body say the same."""
+    import logging
+
+    import pytest
+
+    from lagwatch.notify import render
+    from lagwatch.notify.log import LogNotifier
+    from lagwatch.notify.webhook import lagwatch_body
+
+    assert isinstance(caplog, pytest.LogCaptureFixture)
+    b = book(
+        group_wait_s=0,
+        group_interval_s=0,
+        inhibit_rules=[{"source": {"rule": "stopped"}, "target": {"rule": "stalled"}, "equal": ["group"]}],
+    )
+    stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
+    assert step(b, [stalled], 0) == ["firing"]
+    b.apply("c", [stalled, stopped], frozenset(), 60)
+    (update,) = b.due(60)
+    caplog.set_level(logging.INFO, logger="lagwatch.alert")
+    LogNotifier().send(update, None)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "lagwatch.alert"]
+    assert "stalled (muted, warning)" in line and "resolved" not in line
+    assert [(a["rule"], a["muted"]) for a in lagwatch_body(update)["alerts"]] == [("stopped", False), ("stalled", True)]
+    # A resolution whose every alert left muted is no resolution, in any notifier's words.
+    muted_end = dataclasses.replace(update, kind="resolved", alerts=update.alerts[1:])
+    assert render.outcome(muted_end) == "muted" and render.fallback_text(muted_end).startswith("[MUTED]")
+    caplog.clear()
+    LogNotifier().send(muted_end, None)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "lagwatch.alert"]
+    assert line.startswith("[MUTED:") and "resolved" not in line

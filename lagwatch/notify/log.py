@@ -16,24 +16,30 @@ class LogNotifier:
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
         level = logging.WARNING if notification.kind != "resolved" else logging.INFO
+        said = render.outcome(notification)  # an inhibited alert is muted, never "resolved" (as Slack says)
         if notification.storm is not None:
             log.log(
                 level,
-                f"[{notification.kind.upper()}:{notification.severity}] {render.storm_text(notification)}",
+                f"[{said.upper()}:{notification.severity}] {render.storm_text(notification)}",
                 extra={"notification_id": notification.id, "kind": notification.kind, "storm": notification.storm},
             )
             return None
         log.log(
             level,
-            f"[{notification.kind.upper()}:{notification.severity}] {notification.group_key}: "
-            + "; ".join(f"{a['rule']} ({a['state']}, {a['severity']}): {a['summary']}" for a in notification.alerts),
+            f"[{said.upper()}:{notification.severity}] {notification.group_key}: "
+            + "; ".join(
+                f"{a['rule']} ({render.alert_state(a)}, {a['severity']}): {a['summary']}" for a in notification.alerts
+            ),
             extra={
                 "notification_id": notification.id,
-                "kind": notification.kind,
+                "kind": said,
                 "severity": notification.severity,
                 "group": notification.group_labels,
                 "alerts": [
-                    {k: a[k] for k in ("rule", "severity", "state", "labels", "summary", "started_at", "resolved_at")}
+                    {
+                        **{k: a[k] for k in ("rule", "severity", "labels", "summary", "started_at", "resolved_at")},
+                        "state": render.alert_state(a),
+                    }
                     for a in notification.alerts
                 ],
             },

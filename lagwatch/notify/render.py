@@ -24,6 +24,7 @@ _ICON = {
     "warning": ":large_orange_circle:",
     "info": ":large_blue_circle:",
     "resolved": ":white_check_mark:",
+    "muted": ":zzz:",
 }
 
 
@@ -49,11 +50,24 @@ def _summary(a: dict[str, Any], limit: int) -> str:
     return head + slack_text(after, max(0, limit - len(head))) if len(head) < limit else slack_text(summary, limit)
 
 
+def outcome(n: Notification) -> str:
+    """What a notification says happened, in every notifier alike: its kind, but `muted` for a "resolved" whose
+    alerts all left the receiver's view silenced or inhibited (they still fire: it is no resolution)."""
+    if n.kind == "resolved" and n.alerts and all(a.get("muted") for a in n.alerts):
+        return "muted"
+    return n.kind
+
+
+def alert_state(a: dict[str, Any]) -> str:
+    """An alert's state as a notification tells it: `muted` for one that left it silenced or inhibited."""
+    return "muted" if a.get("muted") else str(a["state"])
+
+
 def title(n: Notification) -> str:
     """Plain words (escaped by whoever shows them): the state and where."""
     names = (n.group_labels.get("cluster"), n.group_labels.get("group"))
     where = " / ".join(cut(v, NAME_IN_TEXT) for v in names if v) or cut(n.group_key, NAME_IN_TEXT)
-    state = "RESOLVED" if n.kind == "resolved" else n.severity.upper()
+    state = {"resolved": "RESOLVED", "muted": "MUTED"}.get(outcome(n), n.severity.upper())
     if n.storm is not None:
         return f"{state}: alert storm on {n.storm['cluster']}"
     return f"{state}: {where}"
@@ -75,11 +89,11 @@ def storm_text(n: Notification) -> str:
 def fallback_text(n: Notification) -> str:
     """The message's `text`: what notifications, screen readers and old clients show (Slack parses it as mrkdwn)."""
     if n.storm is not None:
-        return slack_text(f"[{n.kind.upper()}] {title(n)}: {storm_text(n)}", MAX_FALLBACK)
+        return slack_text(f"[{outcome(n).upper()}] {title(n)}: {storm_text(n)}", MAX_FALLBACK)
     shown = n.firing or [a for a in n.alerts if not a.get("muted")] or list(n.alerts)  # a muted one did not end
     rules = ", ".join(sorted({a["rule"] for a in shown}))
     first = cut(shown[0]["summary"], MAX_FALLBACK) if shown else ""
-    return slack_text(f"[{n.kind.upper()}] {title(n)} ({rules}): {first}", MAX_FALLBACK)
+    return slack_text(f"[{outcome(n).upper()}] {title(n)} ({rules}): {first}", MAX_FALLBACK)
 
 
 def _figures(a: dict[str, Any]) -> list[str]:
@@ -136,7 +150,7 @@ def _dashboard_url(template: str, labels: dict[str, str]) -> str | None:
 
 
 def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, Any]]:
-    icon = _ICON.get("resolved" if n.kind == "resolved" else n.severity, "")
+    icon = _ICON.get(outcome(n) if n.kind == "resolved" else n.severity, "")
     out: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(title(n), MAX_HEADER)},
         {
@@ -166,7 +180,7 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
     out.append(
         {
             "type": "context",
-            "elements": [_mrkdwn(f"lagwatch · {n.kind} · #{n.id} · {_iso(n.created_at)}")],
+            "elements": [_mrkdwn(f"lagwatch · {outcome(n)} · #{n.id} · {_iso(n.created_at)}")],
         }
     )
     return out[:MAX_BLOCKS]

@@ -45,7 +45,9 @@ def lagwatch_body(n: Notification) -> dict[str, Any]:
         "group_key": n.group_key,
         "group_labels": n.group_labels,
         "created_at": n.created_at,
-        "alerts": [{k: a.get(k) for k in _FIELDS} for a in n.alerts],
+        # `muted`: the alert left this notification silenced or inhibited; it still fires (state says resolved
+        # for receivers that only know firing and resolved).
+        "alerts": [{**{k: a.get(k) for k in _FIELDS}, "muted": bool(a.get("muted"))} for a in n.alerts],
         "storm": n.storm,
     }
 
