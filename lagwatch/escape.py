@@ -7,7 +7,8 @@ coloured the operator's terminal. Data stays data in every format:
 - `visible`: control characters (C0, DEL, C1), line and paragraph separators, and the bidirectional controls
   that reorder text on screen (the "Trojan Source" characters) are written as escapes (`\\n`, `\\x1b`, `\\u202e`):
   a text log keeps one event per line, and what is shown is what the name holds.
-- `slack_text` (mrkdwn and the fallback `text`): `visible`, then `&`, `<` and `>` escaped, as Slack documents.
+- `slack_text` (mrkdwn and the fallback `text`): `visible`, then `&`, `<` and `>` escaped, as Slack documents, and
+  a backtick shown as U+02CB (it would open a code span running on into lagwatch's words).
   Mentions (`<!channel>`), links (`<https://x|click>`) and dates need a raw `<`, so none can be made from data.
   The text objects are also sent with `verbatim: true`, so Slack does not turn a bare URL into a link.
 - `slack_code`: a name in a code span. Slack has no escape inside one, so a backtick in the name is shown as
@@ -46,11 +47,14 @@ def visible(text: str) -> str:
 
 
 _SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+# Outside a code span too, a backtick from a name would open one that runs on into lagwatch's own words.
+_SLACK_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "`": _BACKTICK_STAND_IN})
 
 
 def slack_text(text: str, limit: int | None = None) -> str:
-    """Text for Slack's mrkdwn or a message's fallback `text`: nothing in it is markup."""
-    shown = visible(text)
+    """Text for Slack's mrkdwn or a message's fallback `text`: nothing in it is markup (a backtick is shown as
+    U+02CB, as in a code span)."""
+    shown = visible(text).replace("`", _BACKTICK_STAND_IN)
     return shown.translate(_SLACK) if limit is None else _cut_escaped(shown, limit)
 
 

@@ -95,6 +95,12 @@ def shown_in_code_span(span: str) -> str:
     return span[1:-1].replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
+def assert_code_spans_whole(text: str) -> None:
+    """Every backtick in `text` is one of a code span lagwatch made: none from a name opens or closes one."""
+    spans = re.findall(r"`[^`\n]*`", text)
+    assert text.count("`") == 2 * len(spans), text
+
+
 def assert_inert(name: str, text: str, blocks: list[dict[str, Any]]) -> None:
     """Slack takes the message; nothing in it is markup that lagwatch did not make; the name is shown as it is."""
     assert message_problem({"text": text, "blocks": blocks}) is None
@@ -104,6 +110,7 @@ def assert_inert(name: str, text: str, blocks: list[dict[str, Any]]) -> None:
         if obj["type"] == "mrkdwn":
             assert obj.get("verbatim") is True  # no bare URL or #channel made a link
             assert "<" not in body and ">" not in body, body  # no mention, link or date but lagwatch's
+            assert_code_spans_whole(body)
     group_field = next(f["text"] for f in blocks[1]["fields"] if f["text"].startswith("*Group:*"))
     _, span = group_field.split("\n")  # the name's own newlines are escaped: one break, lagwatch's
     shown = shown_in_code_span(span)
@@ -124,6 +131,8 @@ def test_slack_shows_a_hostile_name_as_text_and_takes_the_message(name: str) -> 
     assert "&var-group=" + quote(name, safe="") in button["url"]
     reply = render.thread_text(note)
     assert "<" not in reply and ">" not in reply and not _CONTROL.search(reply)
+    assert_code_spans_whole(reply)
+    assert "`" not in render.fallback_text(note)
 
 
 def test_a_name_too_long_for_a_dashboard_link_leaves_the_button_out() -> None:

@@ -195,9 +195,15 @@ def thread_text(n: Notification) -> str:
         if muted:  # still firing, silenced or inhibited: not resolved
             text += ("; " if text else "") + f":zzz: muted: {', '.join(muted)}"
         return text
-    return f"Still firing ({n.kind}): " + slack_text(
-        "; ".join(f"{a['rule']} ({a['severity']}): {a['summary']}" for a in n.firing), 2900
-    )
+    parts, room = [], MAX_SECTION - 100
+    for a in n.firing:
+        head = f"{a['rule']} ({a['severity']}): "
+        part = head + _summary(a, max(1, room - len(head)))
+        room -= len(part) + 2
+        if room <= 0:
+            break
+        parts.append(part)
+    return f"Still firing ({n.kind}): " + "; ".join(parts)
 
 
 def _iso(t: float) -> str:
