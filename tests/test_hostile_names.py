@@ -129,6 +129,8 @@ def test_slack_shows_a_hostile_name_as_text_and_takes_the_message(name: str) -> 
     (button,) = next(b for b in blocks if b["type"] == "actions")["elements"]
     assert button["url"] == GRAFANA.format(cluster="prod", group=quote(name, safe="")) or len(button["url"]) > 3000
     assert "&var-group=" + quote(name, safe="") in button["url"]
+    section = next(b["text"]["text"] for b in blocks if b["type"] == "section" and "text" in b)
+    assert "`orders`" in section  # the topic in a code span too: `_` or `*` in a name formats nothing
     reply = render.thread_text(note)
     assert "<" not in reply and ">" not in reply and not _CONTROL.search(reply)
     assert_code_spans_whole(reply)

@@ -195,7 +195,7 @@ def test_damage_without_a_last_good_copy_starts_empty_and_never_reuses_an_id(
         "UPDATE alerts SET body = json_set(body, '$.labels', json('[1, 2]')) WHERE key = (SELECT min(key) FROM alerts)",
         "UPDATE meta SET value = 'abc' WHERE name = 'sequence'",
         "UPDATE outbox SET attempts = 'abc' WHERE id = (SELECT min(id) FROM outbox)",
-        "INSERT INTO silences VALUES ('s1', json('{\"id\": \"s1\", \"matchers\": {\"group\": \"(\"}, "
+        'INSERT INTO silences VALUES (\'s1\', json(\'{"id": "s1", "matchers": {"group": "("}, '
         '"ends_at": 4102444800.0, "created_by": "api"}\'))',
     ],
     ids=["labels a list", "sequence not a number", "attempts text", "silence regex broken"],
@@ -266,7 +266,7 @@ def test_a_second_daemon_cannot_start_on_a_state_directory_made_again(tmp_path: 
     from lagwatch.state import StateLockedError
 
     state = tmp_path / "state"
-    record, daemon = first_run(state)
+    _, daemon = first_run(state)
     try:
         shutil.rmtree(state)
         with pytest.raises(StateLockedError, match="in use by another lagwatch process"):

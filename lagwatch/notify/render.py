@@ -5,11 +5,12 @@ a long one is cut with a mark rather than refused (`invalid_blocks` dropped the 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from lagwatch.alerts import Notification
-from lagwatch.escape import cut, slack_code, slack_text, url_component, visible
+from lagwatch.escape import CUT_MARK, cut, slack_code, slack_text, url_component, visible
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -38,16 +39,32 @@ def _plain(text: str, limit: int) -> dict[str, Any]:
 
 
 def _summary(a: dict[str, Any], limit: int) -> str:
-    """An alert's summary as mrkdwn: escaped, its group id in a code span (where the summary names it)."""
+    """An alert's summary as mrkdwn, at most `limit` characters: escaped, and its names in code spans (the group id
+    where the summary first names it, its topic wherever it stands as a word), so that `*`, `_` or `~` in a name
+    format nothing and the name reads as one."""
     summary: str = a.get("summary", "")
-    group = (a.get("labels") or {}).get("group") or ""
+    labels = a.get("labels") or {}
+    pieces: list[tuple[str, bool]] = []  # (text, is a name)
+    group, topic = labels.get("group") or "", labels.get("topic") or ""
     at = summary.find(group) if group else -1
-    if at < 0:
-        return slack_text(summary, limit)
-    before, after = summary[:at], summary[at + len(group) :]
-    named = slack_code(group, NAME_IN_TEXT)
-    head = slack_text(before) + named
-    return head + slack_text(after, max(0, limit - len(head))) if len(head) < limit else slack_text(summary, limit)
+    rest = summary
+    if at >= 0:
+        pieces += [(summary[:at], False), (group, True)]
+        rest = summary[at + len(group) :]
+    if topic:  # topic names are [a-zA-Z0-9._-]: a whole word, not a part of another name
+        for part in re.split(f"(?<![\\w.-])({re.escape(topic)})(?![\\w.-])", rest):
+            pieces.append((part, part == topic))
+    else:
+        pieces.append((rest, False))
+    out, size = [], 0
+    for text, is_name in pieces:
+        shown = slack_code(text, NAME_IN_TEXT) if is_name else slack_text(text)
+        if size + len(shown) > limit:  # the rest, cut to fit (never a code span cut in half)
+            out.append(slack_text(text, max(0, limit - size)) if not is_name else CUT_MARK[: max(0, limit - size)])
+            break
+        out.append(shown)
+        size += len(shown)
+    return "".join(out)
 
 
 def outcome(n: Notification) -> str:
