@@ -248,7 +248,7 @@ class Settings(BaseSettings):
         # Highest priority first: explicit arguments, environment, secret files, then the YAML file.
         # Secret files are named like the env vars without the prefix: clusters__prod__security__sasl__password.
         secrets = NestedSecretsSettingsSource(file_secret_settings, secrets_prefix="")
-        return (init_settings, env_settings, secrets, YamlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, secrets, _YamlSource(settings_cls))
 
 
 def _unknown_variables() -> list[str]:
@@ -362,13 +362,32 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # over Python's 4,300-digit limit for int(str): beyond any float, so the field says why
+            return float("-inf") if str(node.value).lstrip().startswith("-") else float("inf")
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+
+
+class _YamlSource(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source, parsing with the loader above (its own yaml.safe_load raised ValueError)."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        with open(file_path, encoding=self.yaml_file_encoding) as f:
+            return yaml.load(f, Loader=_UniqueKeyLoader) or {}
+
 
 class _DuplicateKey(Exception):
     def __init__(self, key: Any, line: int) -> None:
         self.key, self.line = key, line
 
 
-def _check_yaml(path: Path) -> None:
+def _check_yaml(path: Path) -> dict[str, Any] | None:
+    """The config file's YAML, read as lagwatch reads it (duplicate keys refused, a number too long for Python an
+    infinity that its field refuses), or a one-line ConfigError."""
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -388,6 +407,7 @@ def _check_yaml(path: Path) -> None:
         raise ConfigError([f"config: {where}: invalid YAML: {problem}"]) from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError([f"config: {path}: the top level must be a mapping"])
+    return data
 
 
 def _describe(error: Any) -> str:

@@ -41,11 +41,17 @@ def test_non_utf8_yaml(tmp_path: Path) -> None:
     _one_config_error(run_lagwatch("validate", "--config", str(config)), f"{config}:4: not UTF-8")
 
 
-@pytest.mark.parametrize("value", ["nan", ".nan", ".inf", "1e999999", "-.inf"])
+@pytest.mark.parametrize("value", ["nan", ".nan", ".inf", "1e999999", "-.inf", "7" * 5000, "-" + "7" * 5000])
 def test_nan_inf_and_huge_numbers_in_float_fields(value: str, tmp_path: Path) -> None:
+    """A 5,000-digit integer is over Python's limit for int(str): a traceback from the YAML reader, in `validate`,
+    `check` and `run` alike (and in the pipeline's jobs, which read the file too)."""
     config = tmp_path / "c.yaml"
     config.write_text(CLUSTER + f"    request_timeout_s: {value}\n")
     _one_config_error(run_lagwatch("validate", "--config", str(config)), "clusters.prod.request_timeout_s: ")
+    if len(value) > 1000:
+        config.write_text(CLUSTER + f"    poll_interval_s: 30\nhttp:\n  max_connections: {value}\n")
+        for command in ("validate", "check"):
+            _one_config_error(run_lagwatch(command, "--config", str(config)), "http.max_connections: ")
 
 
 def test_complex_env_value_that_is_not_json(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,4 +203,139 @@ def test_clients_that_never_read_their_answers_do_not_lock_health_out_and_are_cl
     finally:
         for s in clients:
             s.close()
+        daemon.stop()
+
+
+def _flood(port: int, never_read: int, idle: int, seconds: float, started: Any) -> None:
+    """In a child process: `never_read` clients pipelining `GET /metrics` and reading nothing, `idle` ones that
+    never send; whatever the server closes is opened again, for `seconds`."""
+    import selectors
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, never_read + idle + 256)), hard))
+    payload = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 100
+    selector = selectors.DefaultSelector()
+    sending: dict[socket.socket, memoryview] = {}
+    parked: dict[socket.socket, bool] = {}  # socket -> is a never-reader
+
+    def open_one(reader: bool) -> None:
+        s = socket.socket()
+        if reader:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            return
+        if reader:
+            sending[s] = memoryview(payload)
+            selector.register(s, selectors.EVENT_WRITE)
+        else:
+            parked[s] = False
+
+    for _ in range(never_read):
+        open_one(True)
+    for _ in range(idle):
+        open_one(False)
+    started.set()
+    end, sweep = time.monotonic() + seconds, time.monotonic()
+    while time.monotonic() < end:
+        for key, _ in selector.select(timeout=0.1):
+            s = key.fileobj
+            assert isinstance(s, socket.socket)
+            try:
+                sending[s] = sending[s][s.send(sending[s]) :]
+            except BlockingIOError:
+                continue
+            except OSError:
+                sending[s] = memoryview(b"")
+            if not sending[s]:
+                selector.unregister(s)
+                del sending[s]
+                parked[s] = True
+        if time.monotonic() > sweep:  # closed by the server (TCP state CLOSE_WAIT and after): opened again
+            sweep = time.monotonic() + 0.5
+            for s, reader in list(parked.items()):
+                if s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] in (7, 8, 9, 11):
+                    del parked[s]
+                    s.close()
+                    open_one(reader)
+    for s in [*sending, *parked]:
+        s.close()
+
+
+def _probe(address: str) -> tuple[float, str]:
+    """One /healthz on a fresh connection: (seconds, "200" or what went wrong)."""
+    t0 = time.perf_counter()
+    try:
+        with connect(address) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        return time.perf_counter() - t0, data.split(b" ", 2)[1].decode() if data else "no answer"
+    except OSError as e:
+        return time.perf_counter() - t0, type(e).__name__
+
+
+def test_health_answers_within_a_second_through_a_flood_of_clients_that_never_read(tmp_path: Path) -> None:
+    """500 clients pipelining /metrics and reading nothing, 1,000 that never send, each reopened when closed: the
+    probe's connection was evicted as the oldest 'idle' one (its request unread in a burst of accepts: reset),
+    uvicorn answered 503 while evicted connections were still counted, and /healthz queued for seconds on the
+    thread pool behind the answers' pieces."""
+    import multiprocessing
+
+    daemon = start(tmp_path)
+    assert daemon.http is not None
+    address = daemon.http.address
+    started = multiprocessing.get_context("fork").Event()
+    child = multiprocessing.get_context("fork").Process(
+        target=_flood, args=(int(address.rsplit(":", 1)[1]), 500, 1000, 12.0, started), daemon=True
+    )
+    child.start()
+    try:
+        probes = []  # from the first burst of accepts on, where the probes were reset
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            probes.append(_probe(address))
+            time.sleep(0.2)
+        assert started.is_set()
+        bad = [(round(t, 2), what) for t, what in probes if what != "200" or t > 1.0]
+        assert not bad, f"{len(bad)} of {len(probes)} probes: {bad[:10]}"
+    finally:
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+        daemon.stop()
+
+
+def test_request_heads_over_16_kib_sent_whole_are_refused(tmp_path: Path) -> None:
+    """h11 bounds only a head still arriving: one that came whole in a single read (a 20 KiB header, 205 small
+    ones, a 20 KiB path) was served, over the documented 16 KiB."""
+    daemon = start(tmp_path)
+    assert daemon.http is not None
+    address = daemon.http.address
+    try:
+        for head in (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-%d: %s\r\n" % (i, b"b" * 90) for i in range(205))
+            + b"\r\n",
+            b"GET /healthz?" + b"q" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        ):
+            with connect(address) as s:
+                s.sendall(head)
+                s.settimeout(5)
+                answer = b""
+                while chunk := s.recv(65536):  # to the end: the server closes the connection
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 400"), answer[:80]
+        ok = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 15_000 + b"\r\n\r\n"
+        with connect(address) as s:
+            s.sendall(ok)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
         daemon.stop()

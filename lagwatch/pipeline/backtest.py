@@ -405,12 +405,9 @@ def load_candidate(path: str) -> Candidate:
     if not file.is_file():
         raise BacktestError(f"--config: no such file {path!r}")
     try:
-        _check_yaml(file)
+        data = _check_yaml(file) or {}  # read as the daemon reads it (a 5,000-digit number was a traceback)
     except ConfigError as e:
         raise BacktestError(e.problems[0]) from None
-    import yaml
-
-    data = yaml.safe_load(file.read_text()) or {}
     if not isinstance(data, dict) or not ({"rules", "alerts"} & set(data)):
         raise BacktestError(f"--config {path}: needs a rules: or alerts: section")
     from pydantic import ValidationError

@@ -659,12 +659,9 @@ def _lake_of(args: argparse.Namespace) -> str:
     if args.config is not None:
         from pathlib import Path
 
-        import yaml
-
         from lagwatch.config import _check_yaml
 
-        _check_yaml(Path(args.config))  # a one-line ConfigError for a missing or broken file
-        data = yaml.safe_load(Path(args.config).read_text()) or {}
+        data = _check_yaml(Path(args.config)) or {}  # a one-line ConfigError for a missing or broken file
         lake = data.get("lake") if isinstance(data, dict) else None
         if isinstance(lake, dict) and isinstance(lake.get("path"), str):
             return str(lake["path"])

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import resource
+import select
 import socket
 import threading
 import time
@@ -80,6 +81,7 @@ class Connections:
         # Forgotten now, not when its close completes (a later turn of the loop): the accepts of one turn must
         # not all pick the same victim.
         self.forget(victim)
+        victim.connections.discard(victim)  # uvicorn's own count (limit_concurrency) too, not at connection_lost
         victim.close_now()
         return victim is not newcomer
 
@@ -103,10 +105,16 @@ class GuardedH11Protocol(H11Protocol):
 
         def next_event_keeping_the_reason() -> Any:
             try:
-                return parse_next()
+                event = parse_next()
             except h11.RemoteProtocolError as e:
                 self._protocol_error = str(e)
                 raise
+            # h11 bounds only a head still arriving (max_incomplete_event_size): one that came whole in a single
+            # read (up to 256 KiB) was let through.
+            if isinstance(event, h11.Request) and _head_size(event) > HEADER_MAX_BYTES:
+                self._protocol_error = f"request line and headers over {HEADER_MAX_BYTES} bytes"
+                raise h11.RemoteProtocolError(self._protocol_error, 431)
+            return event
 
         self.conn.next_event = next_event_keeping_the_reason  # type: ignore[method-assign]
 
@@ -153,7 +161,19 @@ class GuardedH11Protocol(H11Protocol):
     def waiting_for_request(self) -> bool:
         """No request of this connection is being served: it is idle, its request is still arriving, or its client
         reads nothing of the answer (a flood of those locked /healthz out)."""
-        return self.cycle is None or self.cycle.response_complete or self._write_deadline is not None
+        if self._write_deadline is not None:
+            return True
+        if self.cycle is not None and not self.cycle.response_complete:
+            return False
+        return not self._unread_bytes()  # a request already sent (not read yet in a burst of accepts) is no idler
+
+    def _unread_bytes(self) -> bool:
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
 
     def close_now(self) -> None:
         self._disarm_read_deadline()
@@ -199,6 +219,12 @@ class GuardedH11Protocol(H11Protocol):
         except h11.LocalProtocolError:  # h11 is past the point of answering (e.g. mid-response): just close
             pass
         self.close_now()
+
+
+def _head_size(request: h11.Request) -> int:
+    """The request line and headers as sent, give or take the whitespace h11 strips around header values."""
+    line = len(request.method) + len(request.target) + len(request.http_version) + 11  # two spaces, "HTTP/", two CRLFs
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw_items())
 
 
 def _listen(host: str, port: int) -> socket.socket:
