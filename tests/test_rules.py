@@ -513,3 +513,26 @@ def test_a_lag_in_seconds_in_doubt_never_resolves_an_alert_it_might_justify(
     assert final is not None
     rank = {"warning": 1, "critical": 2}
     assert rank[final] <= max(rank[active], rank[severity or "warning"])  # doubt never raises it
+
+
+def _member(member_id: str, *tps: TopicPartition) -> Member:
+    return Member(member_id, f"client-{member_id}", "/127.0.0.1", tps, ("orders",))
+
+
+def test_a_member_consuming_its_other_partitions_is_not_stalled_on_one_that_waits() -> None:
+    """The demo's slow consumer serves its partitions unevenly: one waits a window and more while the member
+    commits on the others. That is a slow or unfair consumer, not a hung one: no `stalled` (it flapped, critical,
+    three times in ten minutes). Two members, the one whose every partition waits is hung: paged."""
+    p0, p1, p2 = (TopicPartition("orders", i) for i in range(3))
+    config = {"stalled": {"window_s": 120, "learn_commit_interval": False}, "lag": {"enabled": False}}
+    one, two = Pipeline(config), Pipeline(config)
+    for t in range(0, 300, 30):
+        ends = {p0: 1000 + 10 * t, p1: 1000 + 10 * t, p2: 1000 + 10 * t}
+        committed = {p0: 900 + 10 * t, p1: 900, p2: 900 + 10 * t}  # p1 waits for good, the others move
+        unfair = replace(group(committed=committed), members=(_member("m0", p0, p1, p2),))
+        hung = replace(group(committed=committed), members=(_member("m0", p0, p2), _member("m1", p1)))
+        assert "stalled" not in rules_of(one.step(snapshot(t, [unfair], ends)))
+        found = rules_of(two.step(snapshot(t, [hung], ends)))
+    assert found.get("stalled") == "critical"
+    assert one.sent == [] and [n.kind for n in two.sent] == ["firing"]
+
