@@ -13,7 +13,7 @@ from typing import TextIO
 
 from lagwatch.errors import DevBrokerError, ToolMissingError
 
-DEFAULT_KAFKA_VERSION = "4.1.2"
+DEFAULT_KAFKA_VERSION = "4.4.0"  # the newest release whose jars resolve from Maven Central (2026-11)
 
 # Kafka 4 logs through log4j2; 3.x through reload4j. Without a binding the broker logs nothing at all.
 _LOG4J2 = """    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
