@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 
     broker = sub.add_parser("dev-broker", help="run a local single-node Apache Kafka (KRaft) on 127.0.0.1")
     broker.add_argument("--port", type=int, default=9092)
-    broker.add_argument("--kafka-version", default=None, help="Apache Kafka version (default 4.4.0), e.g. 4.1.2 or 3.9.2")
+    broker.add_argument(
+        "--kafka-version", default=None, help="Apache Kafka version (default 4.4.0), e.g. 4.1.2 or 3.9.2"
+    )
     broker.add_argument("--data-dir", type=Path, help="keep the broker's data here (default: a temp dir)")
     broker.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a broker setting")
     broker.add_argument("--fetch-only", action="store_true", help="download the jars, then exit")

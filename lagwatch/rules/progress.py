@@ -195,12 +195,15 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
 def _leave_out_members_that_progress(
     ctx: GroupContext, by_topic: dict[str, list[tuple[int, float, float | None]]], moved: list[TopicPartition]
 ) -> None:
-    """A partition whose member committed on another of its partitions within the window is waiting on a consumer
-    that is alive and consuming, unevenly (a client serves its partitions unfairly, or is slow): no hang, so not
-    `stalled` (`lag`, in records and seconds, pages a consumer too slow). The demo's slow consumer, consuming 10
-    records a second throughout, was paged critical `stalled` three times in ten minutes, each resolving at the
-    partition's next commit. A member whose every partition waits is still paged, and so is one member of several
-    that hangs while the others progress."""
+    """A group falling behind (its lag grew through the window while it committed) whose member committed on
+    another of its partitions within the window is a slow consumer working through its partitions in turns: a
+    partition waits its turn, minutes at a time, and is no hang. Not `stalled`, then: `falling_behind` and `lag`
+    tell that story. The demo's slow consumer (10 records a second of 20) was paged critical `stalled` three times
+    in ten minutes, each resolving at the partition's next commit. Still paged: a member whose every partition
+    waits, one member of several that hangs while the others progress, and one partition that hangs while its
+    member keeps up with the others (the group's lag then drops at their commits: it is not falling behind)."""
+    if ctx.active_severity("falling_behind") is None:
+        return
     owner = {tp: m.member_id for m in ctx.group.members for tp in m.assignment}
     alive = {owner[tp] for tp in moved if tp in owner}
     if not alive:
