@@ -82,6 +82,8 @@ def render_table(snapshot: ClusterSnapshot, groups: list[GroupLag]) -> str:
             )
     widths = [max(len(row[i]) for row in lines) for i in range(len(_COLUMNS))]
     out = [f"cluster {snapshot.cluster}: {len(groups)} groups, polled in {snapshot.duration_s * 1000:.0f} ms"]
+    for kind, count in sorted(snapshot.unwatched_groups.items()):  # never left out without a word
+        out.append(f"and {count} {kind} group(s) this lagwatch does not watch yet (their lag is not shown)")
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in lines]
     out.append("")
     for g in groups:

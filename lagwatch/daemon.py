@@ -393,6 +393,12 @@ class Daemon:
                 self.lake.record_transitions(snapshot, evaluation, self.book)
             if not self._stopping.is_set():  # else the stop's own last save keeps what this step changed
                 self._flush(self.clock())
+        for kind, count in runtime.unwatched_news(snapshot.unwatched_groups).items():
+            log.warning(
+                f"{count} {kind} group(s) on this cluster are not watched: this lagwatch does not read their lag "
+                f"yet (see /api/v1/clusters and lagwatch_groups_unwatched)",
+                extra={"cluster": name, "group_type": kind, "groups": count},
+            )
         findings = len(evaluation.findings)
         runtime.polls += 1
         if snapshot.ok:

@@ -128,6 +128,8 @@ class ClusterSnapshot:
     record_times: Mapping[tuple[TopicPartition, int], float] = field(default_factory=dict)
     # Topics the previous poll saw that no longer exist: their committed offsets were deleted with them.
     missing_topics: frozenset[str] = frozenset()
+    # Groups the filter takes that this lagwatch cannot watch yet, by group type (share): said, never silent.
+    unwatched_groups: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
     error_kind: str | None = None  # unreachable | auth_failed | timeout | error
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,15 @@ class ClusterRuntime:
     history_owed: bool = False  # the last save of its history failed (logged once per streak)
     history_write: Future[None] | None = None  # the save under way on the daemon's history writer
     history_write_started: float = 0.0  # time.monotonic() when it was handed to the writer
+
+    unwatched_said: set[str] = field(default_factory=set)  # group types whose unwatched groups were logged
+
+    def unwatched_news(self, unwatched: Mapping[str, int]) -> dict[str, int]:
+        """The group types of `unwatched` (type -> groups) not said before: each is logged once per run, not at
+        every poll."""
+        news = {kind: n for kind, n in unwatched.items() if n and kind not in self.unwatched_said}
+        self.unwatched_said |= set(news)
+        return news
 
     def history_write_hung_s(self, now_monotonic: float) -> float | None:
         """How long the history save under way has run, when longer than HISTORY_WRITE_HUNG_S (a disk that

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,7 +44,9 @@ from lagwatch.model import (
 
 _RETENTION = "offsets.retention.minutes"
 _CHECK_INTERVAL = "offsets.retention.check.interval.ms"
-# Group types that never commit offsets the monitor could read.
+# Group types this lagwatch does not watch yet (KIP-932 share groups: their lag comes from
+# DescribeShareGroupOffsets, not OffsetFetch). Counted and said (ClusterSnapshot.unwatched_groups), never silent:
+# a team that moved a work queue to a share group lost its alerts without a word.
 _SKIPPED_GROUP_TYPES = {"share"}
 
 
@@ -74,6 +77,7 @@ class ClusterPoller:
         # asked of its coordinator before it counts as gone (_unlisted_gone).
         self._known: dict[str, ListedGroup] = {}
         self._previous_topics: set[str] = set()
+        self.unwatched_groups: dict[str, int] = {}  # of the last ListGroups, by group type
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
         # Read again after a poll that failed (the cluster may have been restarted with other settings) and when a
@@ -127,6 +131,7 @@ class ClusterPoller:
                 requests=dict(wire.sent),
                 record_times=record_times,
                 missing_topics=missing,
+                unwatched_groups=self.unwatched_groups,
             )
         except Exception as e:
             self._brokers_stale = True
@@ -258,11 +263,16 @@ class ClusterPoller:
             # slow to answer, failed every poll of the cluster, and with it every other broker's groups.
             if len(failed) == len(broker_ids):
                 raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
-        return {
-            g.group_id: g
-            for g in listed
-            if g.group_type not in _SKIPPED_GROUP_TYPES and self.config.groups.matches(g.group_id)
-        }
+        watched, unwatched = {}, Counter[str]()
+        for g in listed:
+            if not self.config.groups.matches(g.group_id):
+                continue
+            if g.group_type in _SKIPPED_GROUP_TYPES:
+                unwatched[g.group_type] += 1
+            else:
+                watched[g.group_id] = g
+        self.unwatched_groups = dict(unwatched)
+        return watched
 
     def _read_groups(self, wire: Wire, listed: dict[str, ListedGroup]) -> GroupAnswers:
         answers = GroupAnswers()

@@ -235,6 +235,13 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
         [c],
         rt.skipped_polls + rt.missed_polls,
     )
+    unwatched = f.gauge(
+        "groups_unwatched",
+        "Groups the filter takes that lagwatch cannot watch yet, by group type (share: KIP-932)",
+        ["cluster", "type"],
+    )
+    for kind, count in sorted((snap.unwatched_groups if snap and snap.ok else {}).items()):
+        f.set(unwatched, [c, kind], count)
     clocks = rt.exact_clocks()
     state = f.gauge(
         "exact_clocks_state",

@@ -75,6 +75,9 @@ class Cluster(_Out):
     failed_polls: int
     skipped_polls: int
     exact_clocks: ExactClocks
+    unwatched_groups: dict[str, int] = Field(
+        description="groups the filter takes that lagwatch cannot watch yet, by group type (share: KIP-932)"
+    )
 
 
 class GroupSummary(_Out):

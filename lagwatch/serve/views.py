@@ -24,6 +24,7 @@ def cluster_view(rt: ClusterRuntime) -> dict[str, Any]:
         "failed_polls": rt.failed_polls,
         "skipped_polls": rt.skipped_polls + rt.missed_polls,
         "exact_clocks": rt.exact_clocks(),
+        "unwatched_groups": dict(snap.unwatched_groups) if snap and snap.ok else {},
     }
 
 
