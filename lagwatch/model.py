@@ -25,6 +25,7 @@ class GroupKind(StrEnum):
     CLASSIC = "classic"  # subscribe() through the classic rebalance protocol, protocol type "consumer"
     SIMPLE = "simple"  # assign() + commit: no members, protocol type ""
     CONSUMER = "consumer"  # KIP-848 group (group.protocol=consumer)
+    STREAMS = "streams"  # KIP-1071 group (Kafka Streams, group.protocol=streams; Kafka 4.2+)
     OTHER = "other"  # another protocol on the classic coordinator, e.g. Kafka Connect
     CHECKPOINT = "checkpoint"  # a Spark Structured Streaming query: offsets in its checkpoint, never in Kafka
     UNKNOWN = "unknown"  # the broker did not say (error, or too old to tell)

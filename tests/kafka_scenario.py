@@ -217,3 +217,33 @@ def run_kip848_group(libs: Path, bootstrap: str, topic: str, group: str, records
         timeout=120,
         check=True,
     )
+
+
+def streams_libs(version: str) -> Path:
+    """kafka-streams `version` and what it needs beyond the broker's jars, fetched with Maven once (cached)."""
+    from lagwatch.devbroker.jars import cache_root
+
+    libs = cache_root() / "kafka-streams" / version / "libs"
+    if (libs.parent / ".complete").exists():
+        return libs
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    pom = libs.parent / "pom.xml"
+    pom.write_text(
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>io.lagwatch.tests</groupId><artifactId>streams-app</artifactId><version>1</version>"
+        "<packaging>pom</packaging><dependencies><dependency><groupId>org.apache.kafka</groupId>"
+        f"<artifactId>kafka-streams</artifactId><version>{version}</version></dependency></dependencies></project>"
+    )
+    subprocess.run(
+        ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={libs}"],
+        check=True,
+        timeout=300,
+    )
+    (libs.parent / ".complete").write_text("ok\n")
+    return libs
+
+
+def streams_app(libs: Path, streams: Path, bootstrap: str, app_id: str, topic: str, sleep_ms: int) -> list[str]:
+    """The command line of tests/clients/WordApp.java: a Kafka Streams application in a KIP-1071 streams group."""
+    source = Path(__file__).parent / "clients" / "WordApp.java"
+    return ["java", "-Xmx256m", "-cp", f"{libs}/*:{streams}/*", str(source), bootstrap, app_id, topic, str(sleep_ms)]

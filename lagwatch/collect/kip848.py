@@ -1,4 +1,5 @@
-"""ConsumerGroupDescribe (API 69, KIP-848): kafka-python 3.0 has no class for it, so lagwatch ships its schema.
+"""ConsumerGroupDescribe (API 69, KIP-848) and StreamsGroupDescribe (API 89, KIP-1071): kafka-python 3.0 has no
+class for them, so lagwatch ships their schemas.
 
 The JSON files in `schemas/` describe version 0 of the wire format as Kafka 4 brokers send it (checked byte by
 byte against a 4.1.2 broker: the member id is a string, and a member's assignment holds only its topic-partitions).
@@ -16,4 +17,12 @@ class ConsumerGroupDescribeRequest(ApiMessage, load_json="lagwatch.collect.schem
 
 
 class ConsumerGroupDescribeResponse(ApiMessage, load_json="lagwatch.collect.schemas"):  # type: ignore[call-arg,misc]
+    pass
+
+
+class StreamsGroupDescribeRequest(ApiMessage, load_json="lagwatch.collect.schemas"):  # type: ignore[call-arg,misc]
+    pass
+
+
+class StreamsGroupDescribeResponse(ApiMessage, load_json="lagwatch.collect.schemas"):  # type: ignore[call-arg,misc]
     pass

@@ -53,6 +53,8 @@ _SKIPPED_GROUP_TYPES = {"share"}
 def classify(protocol_type: str, group_type: str | None) -> GroupKind:
     if group_type == "consumer":
         return GroupKind.CONSUMER
+    if group_type == "streams":
+        return GroupKind.STREAMS
     if protocol_type == "consumer":
         return GroupKind.CLASSIC
     if protocol_type == "":
@@ -279,6 +281,7 @@ class ClusterPoller:
         pending = sorted(listed)
         # KIP-848 groups answer GROUP_ID_NOT_FOUND to DescribeGroups: they are described with ConsumerGroupDescribe.
         kip848 = {g for g, info in listed.items() if info.group_type == "consumer"}
+        streams = {g for g, info in listed.items() if info.group_type == "streams"}
         for attempt in range(2):  # a moved or loading coordinator gets one more try within the same poll
             unknown = [g for g in pending if g not in self._coordinators]
             found, failed = wire.run(wire.find_coordinators, unknown)
@@ -290,7 +293,7 @@ class ClusterPoller:
                 if g in self._coordinators:
                     by_coordinator.setdefault(self._coordinators[g], []).append(g)
                     answers.errors.pop(g, None)
-            wire.run(wire.read_groups, by_coordinator, kip848, answers)
+            wire.run(wire.read_groups, by_coordinator, kip848, answers, streams)
             # (A tuple of classes: `COORDINATOR_ERRORS | ...` raised TypeError, and any group's error failed the poll.)
             retry = [
                 g
@@ -401,7 +404,7 @@ def _remembered(group_id: str, kind: str) -> ListedGroup:
         group_id=group_id,
         protocol_type="consumer" if kind in (GroupKind.CLASSIC.value, GroupKind.CONSUMER.value) else "",
         state=None,
-        group_type="consumer" if kind == GroupKind.CONSUMER.value else None,
+        group_type=kind if kind in (GroupKind.CONSUMER.value, GroupKind.STREAMS.value) else None,
     )
 
 

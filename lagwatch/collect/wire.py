@@ -23,7 +23,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.record import MemoryRecords
 
 from lagwatch.collect.describe_groups import DescribeGroupsAnswer, OwnDescribeGroupsRequest
-from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest
+from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest, StreamsGroupDescribeRequest
 from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request
 from lagwatch.model import CommittedOffset, Member, TopicPartition
 
@@ -171,16 +171,25 @@ class Wire:
         return found, failed
 
     async def read_groups(
-        self, by_coordinator: Mapping[int, list[str]], kip848: set[str], answers: GroupAnswers
+        self,
+        by_coordinator: Mapping[int, list[str]],
+        kip848: set[str],
+        answers: GroupAnswers,
+        streams: set[str] = frozenset(),  # type: ignore[assignment]
     ) -> None:
-        """Per coordinator: one DescribeGroups (classic groups), one ConsumerGroupDescribe (KIP-848 groups, which
-        DescribeGroups does not know), and one OffsetFetch for all of them."""
+        """Per coordinator: one DescribeGroups (classic groups), one ConsumerGroupDescribe (KIP-848 groups) and one
+        StreamsGroupDescribe (KIP-1071 groups), which DescribeGroups does not know ("not a classic group": every
+        streams group was unreadable, its rules frozen), and one OffsetFetch for all of them."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
         own_describe = self.api_version(DescribeGroupsRequest) >= 5  # answers lagwatch decodes itself
         for coordinator, group_ids in by_coordinator.items():
-            classic = [g for g in group_ids if g not in kip848]
+            classic = [g for g in group_ids if g not in kip848 and g not in streams]
             modern = [g for g in group_ids if g in kip848]
+            applications = [g for g in group_ids if g in streams]
+            if applications:
+                requests.append((coordinator, StreamsGroupDescribeRequest(group_ids=applications)))
+                handlers.append(_describe_handler(applications, answers, _streams_group))
             if classic:
                 describe = OwnDescribeGroupsRequest(classic) if own_describe else DescribeGroupsRequest(groups=classic)
                 requests.append((coordinator, describe))
@@ -479,6 +488,37 @@ def _kip848_group(g: Any) -> DescribedGroup:
     return DescribedGroup(
         state=g.group_state[:1].upper() + g.group_state[1:], protocol_type="consumer", members=members
     )
+
+
+def _streams_group(g: Any) -> DescribedGroup:
+    """A KIP-1071 group: each member's active tasks (sub-topology, partitions) read as the partitions of the
+    sub-topology's source topics it consumes (repartition topics included), as Kafka Streams assigns them."""
+    subtopologies = (g.topology.subtopologies or ()) if g.topology is not None else ()
+    sources: dict[str, tuple[str, ...]] = {
+        s.subtopology_id: (*s.source_topics, *(t.name for t in s.repartition_source_topics)) for s in subtopologies
+    }
+    subscribed = tuple(sorted({t for topics in sources.values() for t in topics}))
+    members = tuple(
+        Member(
+            member_id=str(m.member_id),
+            client_id=m.client_id,
+            client_host=m.client_host,
+            assignment=tuple(
+                TopicPartition(topic, p)
+                for task in m.assignment.active_tasks
+                for topic in sources.get(task.subtopology_id, ())
+                for p in task.partitions
+            ),
+            subscribed_topics=subscribed,
+        )
+        for m in g.members
+    )
+    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="streams", members=members)
+
+
+def _capitalised(state: str) -> str:
+    """Modern groups' states are lower case ("stable", "not_ready"); classic ones capitalised: shown alike."""
+    return state[:1].upper() + state[1:]
 
 
 def _member(m: Any, protocol_type: str) -> Member:

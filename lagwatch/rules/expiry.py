@@ -104,6 +104,11 @@ def _candidates(ctx: GroupContext) -> tuple[Candidates, str]:
         return _SameClock(g.committed, empty), EMPTY_CLOCK
     if g.kind is GroupKind.SIMPLE:
         return last_commit(g.committed), "the last commit"
+    if g.kind is GroupKind.STREAMS:
+        # Kafka's group coordinator takes a streams group as subscribed to no topic (StreamsGroup.
+        # isSubscribedToTopic is false) and expires by commit time: every offset counts from its own last commit,
+        # members or not. A running application's idle input partition loses its offset after the retention.
+        return last_commit(g.committed), "the last commit (streams group: whether members run or not)"
     if (
         g.kind is GroupKind.CLASSIC
         and g.state == "Stable"

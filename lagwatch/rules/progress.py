@@ -27,6 +27,10 @@ def _lag(s: Sample) -> int | None:
     return max(0, s.log_end - s.committed)
 
 
+# Kinds of groups whose coordinator knows their members: with none, nobody consumes.
+_MEMBERSHIP = frozenset({GroupKind.CLASSIC, GroupKind.CONSUMER, GroupKind.STREAMS})
+
+
 # Classic groups between two generations: members leave and join again, and a poll may see none at all.
 REBALANCING = frozenset({"PreparingRebalance", "CompletingRebalance"})
 
@@ -348,7 +352,7 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
                 ctx.hold("stopped")  # a cadence learnt meanwhile lengthens the wait: it does not end the incident
             return
         why = f"no commit for {duration(window if quiet is None else quiet)} while lag grew"
-    elif ctx.group.state == "Empty" and ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER):
+    elif ctx.group.state == "Empty" and ctx.group.kind in _MEMBERSHIP:
         clock = ctx.history.empty_clock(ctx.group.group_id)
         since = clock.since if clock else ctx.now
         if ctx.now - since < window:
@@ -557,7 +561,7 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     if _between_generations(ctx):
         ctx.hold("falling_behind")
         return
-    if ctx.group.kind in (GroupKind.CLASSIC, GroupKind.CONSUMER) and not _has_members(ctx):
+    if ctx.group.kind in _MEMBERSHIP and not _has_members(ctx):
         return
     window = rules.falling_behind.window_s
     if not ctx.covered(window):

@@ -1,0 +1,107 @@
+"""Streams groups (KIP-1071, Kafka Streams with group.protocol=streams, Kafka 4.2+) on the real broker, with a real
+Kafka Streams application (tests/clients/WordApp.java). DescribeGroups answers "not a classic group" for them:
+every poll read the group as unreadable, its rules frozen, and a dead application with 1,000 records of lag paged
+only `group_unreadable` after 5 minutes. Described with StreamsGroupDescribe, a streams group is watched as any
+consumer group, with figures equal to Kafka's own `kafka-streams-groups`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lagwatch.collect import ClusterPoller
+from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.daemon import Daemon
+from lagwatch.devbroker import run_kafka_tool
+from lagwatch.lag import group_lag
+from lagwatch.model import GroupKind
+from tests import kafka_scenario
+from tests.conftest import KAFKA_VERSION, unique, wait_for
+from tests.live import Recorder
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(
+        tuple(int(x) for x in KAFKA_VERSION.split(".")[:2]) < (4, 2), reason="streams groups need Kafka 4.2+"
+    ),
+]
+
+
+def test_a_streams_group_is_watched_with_kafkas_own_figures_and_pages_lag(
+    bootstrap: str, kafka_libs: Path, tmp_path: Path
+) -> None:
+    prefix = unique("streams")
+    topic, app_id = f"{prefix}-in", f"{prefix}-app"
+    kafka_scenario.create_topic(bootstrap, topic, 2)
+    kafka_scenario.create_topic(bootstrap, f"{topic}-out", 2)
+    kafka_scenario.produce(bootstrap, topic, {0: 300, 1: 300})
+    streams = kafka_scenario.streams_libs(KAFKA_VERSION)
+    app = subprocess.Popen(
+        kafka_scenario.streams_app(kafka_libs, streams, bootstrap, app_id, topic, sleep_ms=20),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "KAFKA_LOG4J_OPTS": ""},
+    )
+    config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
+    poller = ClusterPoller("streams", config)
+    try:
+
+        def consuming() -> object:
+            snapshot = poller.poll()
+            found = [g for g in snapshot.groups if g.group_id == app_id]
+            group = found[0] if found else None
+            # Both partitions committed: Kafka's tool counts a partition without a commit from its log start,
+            # lagwatch (as kafka-consumer-groups) shows no lag for it.
+            return group and group.members and len(group.committed) == 2 and group
+
+        running = wait_for(consuming, timeout=90, interval=0.5, what="the Streams application to commit")
+        assert running.kind is GroupKind.STREAMS and running.error is None and running.state == "Stable"
+        (member,) = running.members
+        assert sorted(member.assignment) == [(topic, 0), (topic, 1)]  # its active tasks' source partitions
+        app.send_signal(signal.SIGKILL)  # dies with lag left: its member stays until the session times out
+        app.wait(10)
+        time.sleep(1)
+        snapshot = poller.poll()
+        (group,) = [g for g in snapshot.groups if g.group_id == app_id]
+        ours = {(p.topic, p.partition): p.lag for p in group_lag(group, snapshot.partitions).partitions}
+        theirs = _kafka_streams_groups_lag(kafka_libs, bootstrap, app_id)
+        assert ours == theirs and sum(theirs.values()) > 0
+    finally:
+        if app.poll() is None:
+            app.kill()
+        poller.close()
+
+    # The daemon reads it as readable, and its rules run: `lag` pages it (group_unreadable never does).
+    record = Recorder()
+    settings = load_settings(
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        rules={"lag": {"warning": {"offsets": 5}, "for_s": 0}},
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+    )
+    daemon = Daemon(settings, clusters={"streams": config}, notifiers={"record": record})
+    daemon.dispatcher.start()
+    try:
+        for _ in range(2):
+            daemon.poll_cluster("streams")
+        wait_for(lambda: record.kinds(app_id), timeout=10, what="the lag page")
+    finally:
+        daemon.stop()
+    assert ("firing", ("lag",)) in record.kinds(app_id)
+    assert not [n for n in record.sent for a in n.alerts if a["rule"] == "group_unreadable"]
+
+
+def _kafka_streams_groups_lag(libs: Path, bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """`kafka-streams-groups --describe --offsets`: GROUP TOPIC PARTITION OFFSET-LAG per row."""
+    out = run_kafka_tool(
+        libs,
+        "org.apache.kafka.tools.streams.StreamsGroupCommand",
+        *("--bootstrap-server", bootstrap, "--describe", "--offsets", "--group", group),
+    )
+    rows = [line.split() for line in out.splitlines() if line.startswith(group)]
+    return {(topic, int(partition)): int(lag) for _, topic, partition, lag, *_ in rows}
