@@ -279,9 +279,9 @@ class ClusterPoller:
     def _read_groups(self, wire: Wire, listed: dict[str, ListedGroup]) -> GroupAnswers:
         answers = GroupAnswers()
         pending = sorted(listed)
-        # KIP-848 groups answer GROUP_ID_NOT_FOUND to DescribeGroups: they are described with ConsumerGroupDescribe.
-        kip848 = {g for g, info in listed.items() if info.group_type == "consumer"}
-        streams = {g for g, info in listed.items() if info.group_type == "streams"}
+        # KIP-848 and streams groups answer GROUP_ID_NOT_FOUND to DescribeGroups: they are described with
+        # ConsumerGroupDescribe and StreamsGroupDescribe.
+        modern = {g: info.group_type for g, info in listed.items() if info.group_type in ("consumer", "streams")}
         for attempt in range(2):  # a moved or loading coordinator gets one more try within the same poll
             unknown = [g for g in pending if g not in self._coordinators]
             found, failed = wire.run(wire.find_coordinators, unknown)
@@ -293,7 +293,7 @@ class ClusterPoller:
                 if g in self._coordinators:
                     by_coordinator.setdefault(self._coordinators[g], []).append(g)
                     answers.errors.pop(g, None)
-            wire.run(wire.read_groups, by_coordinator, kip848, answers, streams)
+            wire.run(wire.read_groups, by_coordinator, modern, answers)
             # (A tuple of classes: `COORDINATOR_ERRORS | ...` raised TypeError, and any group's error failed the poll.)
             retry = [
                 g

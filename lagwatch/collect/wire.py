@@ -171,22 +171,19 @@ class Wire:
         return found, failed
 
     async def read_groups(
-        self,
-        by_coordinator: Mapping[int, list[str]],
-        kip848: set[str],
-        answers: GroupAnswers,
-        streams: set[str] = frozenset(),  # type: ignore[assignment]
+        self, by_coordinator: Mapping[int, list[str]], modern: Mapping[str, str], answers: GroupAnswers
     ) -> None:
         """Per coordinator: one DescribeGroups (classic groups), one ConsumerGroupDescribe (KIP-848 groups) and one
         StreamsGroupDescribe (KIP-1071 groups), which DescribeGroups does not know ("not a classic group": every
-        streams group was unreadable, its rules frozen), and one OffsetFetch for all of them."""
+        streams group was unreadable, its rules frozen), and one OffsetFetch for all of them. `modern`: the group
+        type (consumer, streams) of each group DescribeGroups does not describe."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
         own_describe = self.api_version(DescribeGroupsRequest) >= 5  # answers lagwatch decodes itself
         for coordinator, group_ids in by_coordinator.items():
-            classic = [g for g in group_ids if g not in kip848 and g not in streams]
-            modern = [g for g in group_ids if g in kip848]
-            applications = [g for g in group_ids if g in streams]
+            classic = [g for g in group_ids if g not in modern]
+            kip848 = [g for g in group_ids if modern.get(g) == "consumer"]
+            applications = [g for g in group_ids if modern.get(g) == "streams"]
             if applications:
                 requests.append((coordinator, StreamsGroupDescribeRequest(group_ids=applications)))
                 handlers.append(_describe_handler(applications, answers, _streams_group))
@@ -194,9 +191,9 @@ class Wire:
                 describe = OwnDescribeGroupsRequest(classic) if own_describe else DescribeGroupsRequest(groups=classic)
                 requests.append((coordinator, describe))
                 handlers.append(_describe_handler(classic, answers, _classic_group))
-            if modern:
-                requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=modern)))
-                handlers.append(_describe_handler(modern, answers, _kip848_group))
+            if kip848:
+                requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=kip848)))
+                handlers.append(_describe_handler(kip848, answers, _kip848_group))
             for chunk, request in self._offset_fetch_requests(group_ids):
                 requests.append((coordinator, request))
                 handlers.append(_offset_fetch_handler(chunk, answers))
