@@ -395,7 +395,10 @@ def test_stopped_consumer_is_one_incident_stopped_and_lag(bootstrap: str, tmp_pa
     # returns, more under load (measured from the client's return, 1 run in 3 took 6.8 s, the old code's too).
     empty_at = min(t for t, state, _, _ in polls.of(group) if state == "Empty")
     assert empty_at - left_at <= 3, report
-    assert stopped_at - empty_at <= 4 + 2 * 1, report  # the window, plus at most two polls
+    # The window, plus at most two polls, counted from the consumer's last commit: it commits as it closes, and
+    # that commit can land at the first poll that saw the group Empty (`stopped` wants records waiting at an
+    # unchanged commit for the whole window): a third poll.
+    assert stopped_at - empty_at <= 4 + 3 * 1, report
 
 
 def test_recommitting_simple_group_unwarned_while_a_left_group_is_warned_before_deletion(tmp_path: Path) -> None:
