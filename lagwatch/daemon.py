@@ -234,12 +234,13 @@ class Daemon:
                 extra={"notifications": doubted},
             )
 
-    def save_alerts(self) -> None:
-        """Saves what changed. A disk that refuses is counted and logged once per streak; alerting goes on from
-        memory and the next save writes everything still owed."""
+    def save_alerts(self, figures: bool = False) -> None:
+        """Saves what changed (with `figures`, the alerts' current summaries too: StateDatabase.save). A disk that
+        refuses is counted and logged once per streak; alerting goes on from memory and the next save writes
+        everything still owed."""
         with self.book_lock:
             try:
-                self.store.save_alerts(self.book, self.outbox)
+                self.store.save_alerts(self.book, self.outbox, figures)
             except (sqlite3.Error, OSError) as e:
                 self.state_failures += 1
                 if not self.state_owed:
@@ -594,7 +595,7 @@ class Daemon:
             self.save_history(runtime, wait_s=max(0.0, saves_until - time.monotonic()))
             runtime.poller.close()
         self.history_writer.shutdown(wait=False)
-        self.save_alerts()
+        self.save_alerts(figures=True)  # the summaries as they are now: a resolve after the restart shows them
         if self.lake is not None:
             self.lake.stop(timeout=left(10.0))
         if http_stop is not None:

@@ -222,3 +222,47 @@ def test_a_restart_at_a_longer_poll_interval_does_not_resolve_a_firing_stall(tmp
         finally:
             daemon.stop()
     assert recorder.kinds("hung") == [("firing", ("stalled",))]
+
+
+class Growing:
+    """One group without a consumer whose lag grows at every poll; caught up once `caught_up` is set."""
+
+    caught_up = False
+
+    def __init__(self, name: str, config: ClusterConfig) -> None:
+        self.name = name
+
+    def poll(self) -> ClusterSnapshot:
+        Growing.t += 30
+        end = int(Growing.t - Growing.start) + 100
+        committed = end if Growing.caught_up else 10
+        g = group("stuck", committed={TP: committed}, state="Empty", members=0)
+        return dataclasses.replace(snapshot(Growing.t, [g], {TP: end}), cluster=self.name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_resolve_after_a_clean_restart_shows_the_summary_of_the_stop_not_of_the_firing(tmp_path: Path) -> None:
+    """An alert's figures move at every poll and are not saved at each (20,000 row writes a poll): after a restart,
+    its resolve showed the summary from when it fired, hours old. A clean stop saves them."""
+    Growing.start = Growing.t = time.time() - 3600
+    Growing.caught_up = False
+    first = Recorder()
+    daemon = _daemon(tmp_path, {"c": _config()}, first)
+    daemon.clusters["c"].poller = Growing("c", _config())
+    daemon.dispatcher.start()
+    _run(daemon, "c", 12)
+    daemon.stop()
+    fired = next(n for n in first.sent if n.kind == "firing").alerts[0]["summary"]
+    (last,) = [a.summary for a in daemon.book.alerts.values() if a.rule == "stopped"]
+    assert last != fired  # the lag grew after it fired
+    Growing.caught_up = True
+    second = Recorder()
+    again = _daemon(tmp_path, {"c": _config()}, second)
+    again.clusters["c"].poller = Growing("c", _config())
+    again.dispatcher.start()
+    _run(again, "c", 2)
+    again.stop()
+    (resolved,) = [n for n in second.sent if n.kind == "resolved"]
+    assert [a["summary"] for a in resolved.alerts if a["rule"] == "stopped"] == [last]

@@ -100,8 +100,8 @@ class StateStore:
     def read_alerts(self) -> dict[str, Any]:
         return self.db.load_alerts()
 
-    def save_alerts(self, book: AlertBook | None, outbox: Any) -> int:
-        return self.db.save(book, outbox)
+    def save_alerts(self, book: AlertBook | None, outbox: Any, figures: bool = False) -> int:
+        return self.db.save(book, outbox, figures)
 
     def read_history(self, cluster: str) -> Iterable[dict[str, Any]]:
         return self.db.read_history(cluster)
