@@ -249,20 +249,22 @@ def test_a_resolve_after_a_clean_restart_shows_the_summary_of_the_stop_not_of_th
     Growing.start = Growing.t = time.time() - 3600
     Growing.caught_up = False
     first = Recorder()
-    daemon = _daemon(tmp_path, {"c": _config()}, first)
-    daemon.clusters["c"].poller = Growing("c", _config())
-    daemon.dispatcher.start()
-    _run(daemon, "c", 12)
-    daemon.stop()
+    daemon = _growing(tmp_path, first, polls=12)
     fired = next(n for n in first.sent if n.kind == "firing").alerts[0]["summary"]
     (last,) = [a.summary for a in daemon.book.alerts.values() if a.rule == "stopped"]
     assert last != fired  # the lag grew after it fired
     Growing.caught_up = True
     second = Recorder()
-    again = _daemon(tmp_path, {"c": _config()}, second)
-    again.clusters["c"].poller = Growing("c", _config())
-    again.dispatcher.start()
-    _run(again, "c", 2)
-    again.stop()
+    _growing(tmp_path, second, polls=2)
     (resolved,) = [n for n in second.sent if n.kind == "resolved"]
     assert [a["summary"] for a in resolved.alerts if a["rule"] == "stopped"] == [last]
+
+
+def _growing(state: Path, recorder: Recorder, polls: int) -> Daemon:
+    """A daemon on `state` polling the Growing group `polls` times, then stopped cleanly."""
+    daemon = _daemon(state, {"c": _config()}, recorder)
+    daemon.clusters["c"].poller = Growing("c", _config())
+    daemon.dispatcher.start()
+    _run(daemon, "c", polls)
+    daemon.stop()
+    return daemon

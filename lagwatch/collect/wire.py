@@ -481,10 +481,7 @@ def _kip848_group(g: Any) -> DescribedGroup:
         )
         for m in g.members
     )
-    # KIP-848 states are lower case ("stable"); classic ones capitalised ("Stable"): show them alike.
-    return DescribedGroup(
-        state=g.group_state[:1].upper() + g.group_state[1:], protocol_type="consumer", members=members
-    )
+    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="consumer", members=members)
 
 
 def _streams_group(g: Any) -> DescribedGroup:
