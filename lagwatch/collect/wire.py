@@ -467,17 +467,27 @@ def _take_described(response: DescribeGroupsAnswer, answers: GroupAnswers) -> No
             answers.described[g.group_id] = described
 
 
+def _modern_member(
+    m: Any, assignment: tuple[TopicPartition, ...], subscribed: tuple[str, ...], regex: str | None = None
+) -> Member:
+    """A member of a KIP-848 or streams group, as their describe answers give it (the id is a string)."""
+    return Member(
+        member_id=str(m.member_id),
+        client_id=m.client_id,
+        client_host=m.client_host,
+        assignment=assignment,
+        subscribed_topics=subscribed,
+        subscribed_regex=regex,
+    )
+
+
 def _kip848_group(g: Any) -> DescribedGroup:
     members = tuple(
-        Member(
-            member_id=str(m.member_id),
-            client_id=m.client_id,
-            client_host=m.client_host,
-            assignment=tuple(
-                TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
-            ),
-            subscribed_topics=tuple(m.subscribed_topic_names),
-            subscribed_regex=m.subscribed_topic_regex or None,
+        _modern_member(
+            m,
+            tuple(TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions),
+            tuple(m.subscribed_topic_names),
+            m.subscribed_topic_regex or None,
         )
         for m in g.members
     )
@@ -493,17 +503,15 @@ def _streams_group(g: Any) -> DescribedGroup:
     }
     subscribed = tuple(sorted({t for topics in sources.values() for t in topics}))
     members = tuple(
-        Member(
-            member_id=str(m.member_id),
-            client_id=m.client_id,
-            client_host=m.client_host,
-            assignment=tuple(
+        _modern_member(
+            m,
+            tuple(
                 TopicPartition(topic, p)
                 for task in m.assignment.active_tasks
                 for topic in sources.get(task.subtopology_id, ())
                 for p in task.partitions
             ),
-            subscribed_topics=subscribed,
+            subscribed,
         )
         for m in g.members
     )
