@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lagwatch import gc_policy, malloc_policy
-from lagwatch.alerts.book import Receiver
+from lagwatch.alerts import Receiver
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import (

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lagwatch.alerts.book import Receiver
+from lagwatch.alerts import Receiver
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import (

@@ -171,7 +171,7 @@ def _cmd_notify_test(args: argparse.Namespace) -> int:
     import time
 
     from lagwatch.alerts import AlertBook
-    from lagwatch.model import Finding
+    from lagwatch.model import Finding, Severity
     from lagwatch.notify import build_notifiers
 
     settings = load_settings(args.config)
@@ -189,7 +189,7 @@ def _cmd_notify_test(args: argparse.Namespace) -> int:
     labels = {"cluster": "notify-test", "group": "lagwatch-notify-test", "topic": "example"}
     sample = Finding(
         "lag",
-        "warning",
+        Severity.WARNING,
         "notify-test",
         "lagwatch-notify-test",
         labels,

@@ -25,7 +25,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from lagwatch import gc_policy
-from lagwatch.alerts import AlertBook, Notification, Receiver
+from lagwatch.alerts import AlertBook, Notification, Receiver, Severity
 from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
@@ -154,7 +154,9 @@ class Daemon:
             route = self.routes.get(name) or Route()
             # Alertmanager groups alerts itself: a storm summary would hide most of them from it.
             storms = not (isinstance(notifier, WebhookNotifier) and notifier.config.format == "alertmanager")
-            receivers.append(Receiver(name, route.min_severity, tuple(sorted(route.matchers.items())), storms))
+            receivers.append(
+                Receiver(name, Severity(route.min_severity), tuple(sorted(route.matchers.items())), storms)
+            )
         return tuple(receivers)
 
     def _load_alerts(self) -> tuple[AlertBook, Outbox]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import types
 import typing
@@ -12,6 +13,29 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from lagwatch.matchers import full_match
+
+
+class Severity(StrEnum):
+    """How bad a finding is; an alert's severity may change while it fires (escalated or eased)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+# A severity from its text or itself, in one dict access (a Severity hashes as its text): Enum's call costs 10x
+# more, and the alert book takes one per finding at every poll.
+SEVERITY_OF: Mapping[str, Severity] = MappingProxyType({s.value: s for s in Severity})
+
+
+def worst(severities: Iterable[Severity]) -> Severity | None:
+    """The highest of `severities`, None if there is none."""
+    return max(severities, key=_SEVERITY_RANK.__getitem__, default=None)
 
 
 class TopicPartition(NamedTuple):
@@ -144,7 +168,7 @@ _NO_DETAILS: Mapping[str, object] = MappingProxyType({})
 
 class _FindingFields(NamedTuple):
     rule: str
-    severity: str  # info | warning | critical
+    severity: Severity
     cluster: str
     group: str | None  # None: about the cluster as a whole
     labels: Mapping[str, str]  # cluster, group, topic, plus routing labels (team, slack_channel, ...)
@@ -170,7 +194,7 @@ class Finding(_FindingFields):
     def __new__(
         cls,
         rule: str,
-        severity: str,
+        severity: Severity,
         cluster: str,
         group: str | None,
         labels: Mapping[str, str],
@@ -208,8 +232,10 @@ def from_row(cls: type[_Row], row: Any) -> _Row:
     here, where its loader sets it aside, instead of failing later at every poll or in a notifier's worker."""
     if not isinstance(row, dict):
         raise TypeError(f"a {type(row).__name__}, not an object")
+    hints = _hints(cls)  # type: ignore[arg-type]  # a class is hashable
+    row = {name: _enum_of(value, hints.get(name)) for name, value in row.items()}
     made = cls(**row)
-    for name, hint in _hints(cls).items():  # type: ignore[arg-type]  # a class is hashable
+    for name, hint in hints.items():
         value = getattr(made, name)
         if not _of_type(value, hint):
             raise TypeError(f"{name} is a {type(value).__name__} ({str(value)[:40]!r}), not {hint}")
@@ -219,6 +245,17 @@ def from_row(cls: type[_Row], row: Any) -> _Row:
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+def _enum_of(value: Any, hint: Any) -> Any:
+    """A saved string as the enum its field is typed with (`Severity`, `AlertState`...); ValueError if it is none
+    of its members. Other values as they are."""
+    if not isinstance(value, str) or hint is None:
+        return value
+    for kind in (hint, *typing.get_args(hint)):
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            return kind(value)
+    return value
 
 
 def _of_type(value: Any, hint: Any) -> bool:
@@ -234,6 +271,8 @@ def _of_type(value: Any, hint: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return isinstance(value, hint)
     if hint in (str, bool):
         return isinstance(value, hint)
     if origin is dict:

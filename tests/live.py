@@ -28,7 +28,7 @@ class Recorder:
     def kinds(self, group: str) -> list[tuple[str, tuple[str, ...]]]:
         with self.lock:
             return [
-                (n.kind, tuple(sorted(a["rule"] for a in n.firing)))
+                (n.kind, tuple(sorted(a.rule for a in n.firing)))
                 for n in self.sent
                 if n.group_labels.get("group") == group
             ]

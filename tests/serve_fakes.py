@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagwatch.alerts import Alert, Notification
+from lagwatch.alerts import Alert, Notification, NotificationKind, Severity
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.model import ClusterSnapshot
@@ -83,8 +83,8 @@ def notification(n: int = 0) -> Notification:
         id=f"n{n}",
         group_key=f"{CLUSTER}/g1",
         group_labels={"cluster": CLUSTER, "group": "g1"},
-        kind="firing",
-        severity="critical",
+        kind=NotificationKind.FIRING,
+        severity=Severity.CRITICAL,
         created_at=time.time(),
         alerts=(),
     )

@@ -54,10 +54,10 @@ def test_update_when_an_alert_joins_then_resolved_when_all_clear() -> None:
     assert step(b, [finding(), finding("stalled", severity="critical")], 60) == []  # within group_interval
     notes = (b.apply("c", [finding(), finding("stalled", severity="critical")], frozenset(), 330), b.due(330))[1]
     assert [n.kind for n in notes] == ["update"] and notes[0].severity == "critical"
-    assert [a["rule"] for a in notes[0].alerts] == ["stalled", "lag"]  # worst first
+    assert [a.rule for a in notes[0].alerts] == ["stalled", "lag"]  # worst first
     assert step(b, [], 400) == []  # resolved, waiting for group_interval
     notes = (b.apply("c", [], frozenset(), 630), b.due(630))[1]
-    assert [n.kind for n in notes] == ["resolved"] and {a["state"] for a in notes[0].alerts} == {"resolved"}
+    assert [n.kind for n in notes] == ["resolved"] and {a.state for a in notes[0].alerts} == {"resolved"}
     assert b.alerts == {} and b.groups == {}
 
 
@@ -98,7 +98,7 @@ def test_a_silence_on_an_announced_alert_keeps_its_message_and_still_tells_its_e
     """Silenced after it was announced: nothing while the silence lasts. Before, the receiver forgot the alert: when
     the silence expired with the alert still firing, it came as a new incident (a second Slack message, the first
     left red for good), and an alert that ended under the silence never got its "resolved"."""
-    from lagwatch.alerts.book import Silence
+    from lagwatch.alerts import Silence
 
     b = book(group_wait_s=0)
     assert step(b, [finding()], 0) == ["firing"]
@@ -120,7 +120,7 @@ def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_
     receiver's view with it, told as ended and marked muted (left out without a word, a receiver that keeps alerts
     by key had it firing for good). When its silence ends and it still fires, it is news: an update of the message
     (it was dropped from it), or a new incident once the message said "resolved"."""
-    from lagwatch.alerts.book import Silence
+    from lagwatch.alerts import Silence
 
     stalled = finding("stalled", severity="critical")
     b = book(group_wait_s=0)
@@ -128,12 +128,12 @@ def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_
     b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
     notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900), b.due(900))[1]
     assert [n.kind for n in notes] == ["update"]
-    assert [(a["rule"], a["state"], a.get("muted")) for a in notes[0].alerts] == [
-        ("lag", "firing", None),
+    assert [(a.rule, a.state, a.muted) for a in notes[0].alerts] == [
+        ("lag", "firing", False),
         ("stalled", "resolved", True),
     ]
     notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 3600), b.due(3600))[1]
-    assert [n.kind for n in notes] == ["update"] and sorted(a["rule"] for a in notes[0].alerts) == ["lag", "stalled"]
+    assert [n.kind for n in notes] == ["update"] and sorted(a.rule for a in notes[0].alerts) == ["lag", "stalled"]
 
     again = book(group_wait_s=0)
     assert step(again, [stalled, finding()], 0) == ["firing"]
@@ -175,7 +175,7 @@ def test_inhibition_matches_on_equal_labels_and_costs_one_lookup_per_alert() -> 
     started = time.perf_counter()
     sent = b.due(0.0)
     elapsed = time.perf_counter() - started
-    rules_of = {n.group_labels["group"]: sorted(a["rule"] for a in n.firing) for n in sent}
+    rules_of = {n.group_labels["group"]: sorted(a.rule for a in n.firing) for n in sent}
     assert rules_of["a"] == ["lag", "stopped"]  # stalled hidden by stopped; lag is its only source: not itself
     assert rules_of["b"] == ["stalled"]  # no stopped in group b
     assert all(rules_of[f"x{i}"] == ["lag", "stopped"] for i in range(1000))
@@ -198,7 +198,7 @@ def test_an_alert_matches_as_its_matchable_labels_do(
 ) -> None:
     """Silences, routes and inhibition match an alert without building its label dict: the same answers as
     matching the dict (where `rule` and `severity` win over labels of those names)."""
-    from lagwatch.alerts.book import Alert
+    from lagwatch.alerts import Alert
     from lagwatch.matchers import labels_match
 
     alert = Alert("k", rule, severity, "c", None, labels, "s", {}, None, 0.0, "firing", 0.0, 0.0)
@@ -264,7 +264,7 @@ def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
     its message stayed firing for good. An inhibited alert stays the receiver's, and its end is told; `oncall`,
     sent an update while it is inhibited, is told there that it ended, marked muted (its webhook or Alertmanager
     kept it firing otherwise)."""
-    from lagwatch.alerts.book import Receiver
+    from lagwatch.alerts import Receiver
 
     b = book(
         group_wait_s=0,
@@ -275,13 +275,13 @@ def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
 
     def sent(findings: list[Finding], now: float) -> list[tuple[str, str, list[str]]]:
         b.apply("c", findings, frozenset(), now)
-        return [(n.receiver, n.kind, [a["rule"] for a in n.alerts]) for n in b.due(now)]
+        return [(n.receiver, n.kind, [a.rule for a in n.alerts]) for n in b.due(now)]
 
     stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
     assert sent([stalled], 0) == [("oncall", "firing", ["stalled"]), ("team-chat", "firing", ["stalled"])]
     b.apply("c", [stalled, stopped], frozenset(), 60)
-    assert [(n.receiver, n.kind, [(a["rule"], a["state"], a.get("muted")) for a in n.alerts]) for n in b.due(60)] == [
-        ("oncall", "update", [("stopped", "firing", None), ("stalled", "resolved", True)])
+    assert [(n.receiver, n.kind, [(a.rule, a.state, a.muted) for a in n.alerts]) for n in b.due(60)] == [
+        ("oncall", "update", [("stopped", "firing", False), ("stalled", "resolved", True)])
     ]
     assert sent([stalled, stopped], 120) == []  # muted for team-chat: no news while it is inhibited
     assert sent([stopped], 180) == [("team-chat", "resolved", ["stalled"])]
@@ -310,7 +310,7 @@ def test_relabelled_alerts_end_their_old_labels_for_every_receiver_told_and_go_o
     """A label (team) that the configuration now gives otherwise, used in group_by and in a route. The old labels
     end for every receiver told of them (a receiver routed only the old team, an Alertmanager keyed on labels);
     the alert goes on under the new ones, firing at once, at its severity (its `for` is not waited out again)."""
-    from lagwatch.alerts.book import Receiver
+    from lagwatch.alerts import Receiver
 
     b = book(group_wait_s=0, group_interval_s=0, group_by=["cluster", "group", "team"])
     b.receivers = (Receiver("all"), Receiver("pay", matchers=(("team", "payments"),)))
@@ -331,7 +331,7 @@ def test_labels_changed_and_changed_back_carry_the_incident_on() -> None:
     """Two restarts within group_interval: team added, then removed. The first labels' end was still owed (a
     resolved alert under them): the second change skipped the alert, whose incident then resolved and paged again
     after its `for`. It goes back to them, firing, its end no longer owed."""
-    from lagwatch.alerts.book import Receiver
+    from lagwatch.alerts import Receiver
 
     b = book(group_wait_s=0, group_interval_s=300)
     b.receivers = (Receiver("all"),)
@@ -351,7 +351,7 @@ def test_labels_changed_and_changed_back_carry_the_incident_on() -> None:
 
 
 def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_resolved() -> None:
-    from lagwatch.alerts.book import Silence
+    from lagwatch.alerts import Silence
     from lagwatch.notify import render
 
     stalled = finding("stalled", severity="critical")
@@ -377,7 +377,7 @@ def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> 
     """The outbox drops a queued repeat when a newer notification of its group waits behind it ("still firing"
     says nothing the newer one does not). A repeat may now also tell that an alert muted since has ended: dropped,
     that end was told nowhere, and the receiver kept the alert firing for good."""
-    from lagwatch.alerts.book import Silence
+    from lagwatch.alerts import Silence
     from lagwatch.notify import Outbox
 
     b = book(group_wait_s=0, group_interval_s=300, repeat_interval_s=3600)
@@ -388,7 +388,7 @@ def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> 
         b.apply("c", findings, frozenset(), now)
         outbox.add(b.due(now), ["default"])
         for d in outbox.due(now) if deliver else []:
-            received.extend((a["rule"], a["state"]) for a in d.notification.alerts)
+            received.extend((a.rule, a.state) for a in d.notification.alerts)
             outbox.done(d, None)
 
     stalled, lag = finding("stalled"), finding()

@@ -125,7 +125,7 @@ def test_polls_dated_by_the_steady_clock_keep_their_alerts_across_a_step_back(st
         p.step(snapshot(clock(), groups, {TP: end, pay: end}))
         for n in p.sent:
             for a in n.alerts:
-                first.setdefault(f"{a['group']}:{a['rule']}:{a['state']}", i)
+                first.setdefault(f"{a.group}:{a.rule}:{a.state}", i)
         host.advance(30)
     assert not any(key.endswith(":resolved") for key in first), first
     assert first["down:stopped:firing"] < 20

@@ -107,7 +107,7 @@ def test_a_narrowed_filter_pages_nothing_about_what_it_leaves_out(tmp_path: Path
     again.dispatcher.start()
     _run(again, "c", 5)
     again.stop()
-    assert [n for n in second.sent for a in n.alerts if a["rule"] == "expired"] == []
+    assert [n for n in second.sent for a in n.alerts if a.rule == "expired"] == []
 
 
 def test_a_label_added_by_an_override_carries_the_firing_alert_on(tmp_path: Path) -> None:
@@ -137,8 +137,8 @@ def test_a_label_added_by_an_override_carries_the_firing_alert_on(tmp_path: Path
     _run(again, "c", 5)
     again.stop()
     (update,) = [n for n in second.sent if n.group_labels.get("group") == "stuck"]
-    assert update.kind == "update" and update.alerts[0]["fired_at"] == first.sent[0].alerts[0]["fired_at"]
-    assert [(a["state"], a["labels"].get("team")) for a in update.alerts] == [
+    assert update.kind == "update" and update.alerts[0].fired_at == first.sent[0].alerts[0].fired_at
+    assert [(a.state, a.labels.get("team")) for a in update.alerts] == [
         ("firing", "payments"),
         ("resolved", None),
     ]
@@ -250,14 +250,14 @@ def test_a_resolve_after_a_clean_restart_shows_the_summary_of_the_stop_not_of_th
     Growing.caught_up = False
     first = Recorder()
     daemon = _growing(tmp_path, first, polls=12)
-    fired = next(n for n in first.sent if n.kind == "firing").alerts[0]["summary"]
+    fired = next(n for n in first.sent if n.kind == "firing").alerts[0].summary
     (last,) = [a.summary for a in daemon.book.alerts.values() if a.rule == "stopped"]
     assert last != fired  # the lag grew after it fired
     Growing.caught_up = True
     second = Recorder()
     _growing(tmp_path, second, polls=2)
     (resolved,) = [n for n in second.sent if n.kind == "resolved"]
-    assert [a["summary"] for a in resolved.alerts if a["rule"] == "stopped"] == [last]
+    assert [a.summary for a in resolved.alerts if a.rule == "stopped"] == [last]
 
 
 def _growing(state: Path, recorder: Recorder, polls: int) -> Daemon:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lagwatch.alerts import Notification
+from lagwatch.alerts import AlertRecord, AlertState, Notification, NotificationKind, Severity
 from lagwatch.notify import Dispatcher, LogNotifier, Outbox, PermanentError, RetryableError, dispatcher
 from lagwatch.notify.outbox import Delivery
 from lagwatch.notify.settings import WebhookConfig
@@ -47,19 +47,25 @@ def note(group: str, number: int, kind: str = "update", created_at: float | None
         id=f"{group}-{number}",
         group_key=f"cluster=prod|group={group}",
         group_labels={"cluster": "prod", "group": group},
-        kind=kind,
-        severity="warning",
+        kind=NotificationKind(kind),
+        severity=Severity.WARNING,
         created_at=at,
         alerts=(
-            {
-                "rule": "lag",
-                "severity": "warning",
-                "state": "resolved" if kind == "resolved" else "firing",
-                "labels": {"cluster": "prod", "group": group},
-                "summary": f"lag on {group}",
-                "started_at": at,
-                "resolved_at": None,
-            },
+            AlertRecord(
+                key=f"lag|cluster=prod|group={group}",
+                rule="lag",
+                severity=Severity.WARNING,
+                cluster="prod",
+                group=group,
+                labels={"cluster": "prod", "group": group},
+                summary=f"lag on {group}",
+                details={},
+                runbook_url=None,
+                for_s=0.0,
+                state=AlertState.RESOLVED if kind == "resolved" else AlertState.FIRING,
+                started_at=at,
+                updated_at=at,
+            ),
         ),
     )
 
@@ -553,8 +559,7 @@ class _Flaky:
 
 def _drive(receiver: _Flaky, polls: list[tuple[float, bool]], max_age_s: float = 3600) -> None:
     """The alert book and a notifier's worker, poll after poll: the lag alert fires where a poll says True."""
-    from lagwatch.alerts import AlertBook, AlertsConfig
-    from lagwatch.alerts.book import Receiver
+    from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
     from lagwatch.model import Finding
 
     book = AlertBook(

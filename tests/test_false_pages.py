@@ -41,7 +41,7 @@ def times(start: float, end: float, seed: int = 1) -> list[float]:
 
 def notified(p: Pipeline, group_id: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
     return [
-        (n.kind, tuple(sorted(a["rule"] for a in n.alerts)))
+        (n.kind, tuple(sorted(a.rule for a in n.alerts)))
         for n in p.sent
         if group_id is None or n.group_labels.get("group") == group_id
     ]
@@ -254,7 +254,7 @@ def test_one_poll_with_part_of_the_picture_missing_resolves_nothing(odd: str) ->
     """One poll without the partition's log end (an election), or with the group mid-rebalance and no members:
     the stuck consumer's alerts resolved at that poll and paged again at the next, or a window later."""
     p = _stuck_consumer_with_one_odd_poll(odd)
-    told = [(n.kind, sorted((a["rule"], a["state"]) for a in n.alerts)) for n in p.sent]
+    told = [(n.kind, sorted((a.rule, a.state) for a in n.alerts)) for n in p.sent]
     assert told == [("firing", [("lag", "firing")]), ("update", [("lag", "firing"), ("stalled", "firing")])], told
     assert {a.rule for a in p.book.alerts.values() if a.state == "firing"} >= {"lag", "stalled"}
 
@@ -351,7 +351,7 @@ def test_a_topic_read_in_full_resolves_while_another_topic_of_the_group_is_unrea
                 snap, partitions={**snap.partitions, TP: PartitionOffsets(None, None, error="OFFSET_NOT_AVAILABLE")}
             )
         p.step(snap)
-    told = [(n.kind, {(a["labels"]["topic"], a["state"]) for a in n.alerts}) for n in p.sent]
+    told = [(n.kind, {(a.labels["topic"], a.state) for a in n.alerts}) for n in p.sent]
     assert told[0] == ("firing", {("other", "firing")}) and told[-1] == ("resolved", {("other", "resolved")}), told
     assert not [a for a in p.book.alerts.values() if a.state == "firing"]
 
@@ -379,7 +379,7 @@ def test_a_sink_that_commits_every_six_minutes_is_not_stalled_and_its_real_stall
     progress = p.history.groups["sink"].partitions[TP]
     assert progress.commit_cadence == 330.0  # records wait from the poll after a flush to the next: 11 polls
     _sink_polls(p, 240, 300, stop_at=7200.0)
-    fired = [n.created_at for n in p.sent if any(a["rule"] == "stalled" and a["state"] == "firing" for a in n.alerts)]
+    fired = [n.created_at for n in p.sent if any(a.rule == "stalled" and a.state == "firing" for a in n.alerts)]
     assert fired and all(n.kind != "resolved" for n in p.sent)
     assert 7200 + 660 <= fired[0] <= 7200 + 660 + 30, fired
     alert = next(a for a in p.book.alerts.values() if a.rule == "stalled")
@@ -402,7 +402,7 @@ def test_the_cadence_is_each_partitions_and_counts_only_time_with_records_waitin
             committed = end
         p.step(snapshot(i * 30.0, [group("batch", committed={TP: committed})], {TP: end}))
     assert set(p.history.groups["batch"].partitions[TP].waits) == {30.0}
-    fired = [n.created_at for n in p.sent if any(a["rule"] == "stalled" and a["state"] == "firing" for a in n.alerts)]
+    fired = [n.created_at for n in p.sent if any(a.rule == "stalled" and a.state == "firing" for a in n.alerts)]
     assert fired and fired[0] == 600 * 30.0 + 300  # the batch of poll 600 waited the window: 5 minutes
 
     busy, quiet = TopicPartition("busy", 0), TopicPartition("quiet", 0)
@@ -412,7 +412,7 @@ def test_the_cadence_is_each_partitions_and_counts_only_time_with_records_waitin
         flushed = int(10 * (t - t % 360))
         groups = [group("connect", committed={busy: int(100 * t), quiet: flushed}, subscribed=("busy", "quiet"))]
         mixed.step(snapshot(t, groups, {busy: int(100 * t) + 50, quiet: int(10 * t)}))
-    assert [n for n in mixed.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in mixed.sent if any(a.rule == "stalled" for a in n.alerts)] == []
     partitions = mixed.history.groups["connect"].partitions
     assert partitions[busy].commit_cadence is None and partitions[quiet].commit_cadence == 330.0
 
@@ -458,7 +458,7 @@ def test_hangs_of_a_consumer_that_commits_at_every_poll_are_not_learnt_and_page_
         committed = committed if hung else int(100 * t)
         before = len(p.sent)
         p.step(snapshot(t, [group("busy", committed={TP: committed})], {TP: int(100 * t) + 50}))
-        if any(a["rule"] == "stalled" and a["state"] == "firing" for n in p.sent[before:] for a in n.alerts):
+        if any(a.rule == "stalled" and a.state == "firing" for n in p.sent[before:] for a in n.alerts):
             paged_after.append(t - max(h for h in (7200, 18000, 28800, 39600) if h <= t))
     assert paged_after and all(after <= 330 for after in paged_after), paged_after
     assert len(paged_after) == 4 and p.history.groups["busy"].partitions[TP].waits == ()
@@ -472,7 +472,7 @@ def test_hangs_of_a_consumer_that_commits_at_every_poll_are_not_learnt_and_page_
         )
         sink.step(snap)
     assert sink.history.groups["sink"].partitions[TP].commit_cadence == 450.0
-    assert [n for n in sink.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in sink.sent if any(a.rule == "stalled" for a in n.alerts)] == []
 
 
 def _busy_consumer_hangs(p: Pipeline, hangs: list[tuple[float, float]], polls: int) -> dict[tuple[float, float], float]:
@@ -510,7 +510,7 @@ def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_
         end = sum(1 for a in arrivals if a <= t)
         committed = end if t % 600 == 0 else committed
         quiet.step(snapshot(t, [group("s3", committed={TP: committed})], {TP: end}))
-    assert [n for n in quiet.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in quiet.sent if any(a.rule == "stalled" for a in n.alerts)] == []
     assert (quiet.history.groups["s3"].partitions[TP].commit_cadence or 0) > 300
 
     hangs = [(7200.0 + 1230 * k, 7200.0 + 1230 * k + 1200) for k in range(3)] + [(11000.0, 1e9)]
@@ -528,7 +528,7 @@ def test_a_quiet_topics_sink_a_rehanging_consumer_and_a_sink_that_commits_twice_
         done = [f for f in flushes if f <= t]
         double.step(snapshot(t, [group("sink", committed={TP: int(10 * done[-1]) if done else 0})], {TP: int(10 * t)}))
     assert double.history.groups["sink"].partitions[TP].commit_cadence is not None
-    assert [n for n in double.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in double.sent if any(a.rule == "stalled" for a in n.alerts)] == []
 
 
 def test_stalls_are_not_learnt_an_old_cadence_ages_and_a_poll_without_the_commit_says_nothing() -> None:
@@ -560,7 +560,7 @@ def test_stalls_are_not_learnt_an_old_cadence_ages_and_a_poll_without_the_commit
         t = i * 30.0
         committed = {} if i % 8 == 0 and i > 200 else {TP: int(100 * min(t, 7200.0))}
         flaky.step(snapshot(t, [group("flaky", committed=committed, assigned=(TP,))], {TP: int(100 * t) + 50}))
-    told = [(n.kind, n.created_at) for n in flaky.sent if any(a["rule"] == "stalled" for a in n.alerts)]
+    told = [(n.kind, n.created_at) for n in flaky.sent if any(a.rule == "stalled" for a in n.alerts)]
     assert told and told[0][0] == "firing" and told[0][1] - 7200 <= 360
     assert [kind for kind, _ in told] == ["firing"], told  # and no resolve at the polls without the commit
 
@@ -582,7 +582,7 @@ def test_a_batch_consumer_an_idle_sink_a_recreated_topic_and_a_wait_of_twice_the
             committed = end - 30 * (4 - phase) if phase < 4 else end
         batch.step(snapshot(i * 30.0, [group("batch", committed={TP: committed})], {TP: end}))
     assert batch.history.groups["batch"].partitions[TP].commit_cadence == 390.0
-    assert [n for n in batch.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in batch.sent if any(a.rule == "stalled" for a in n.alerts)] == []
 
     idle = Pipeline({"lag": {"enabled": False}})
     end = committed = 0
@@ -593,7 +593,7 @@ def test_a_batch_consumer_an_idle_sink_a_recreated_topic_and_a_wait_of_twice_the
         if t % 360 == 0:
             committed = end
         idle.step(snapshot(t, [group("sink", committed={TP: committed})], {TP: end}))
-    assert [n for n in idle.sent if any(a["rule"] == "stalled" for a in n.alerts)] == []
+    assert [n for n in idle.sent if any(a.rule == "stalled" for a in n.alerts)] == []
 
     recreated, end = Pipeline(), 4000
     for i in range(20):
@@ -613,7 +613,7 @@ def test_a_batch_consumer_an_idle_sink_a_recreated_topic_and_a_wait_of_twice_the
         t = i * 30.0
         edge.step(snapshot(t, [group("sink", committed={TP: int(10 * (t - t % 630))})], {TP: int(10 * t)}))
     assert edge.history.groups["sink"].partitions[TP].commit_cadence == 600.0
-    assert len([n for n in edge.sent if any(a["rule"] == "stalled" for a in n.alerts)]) <= 2  # the first hour
+    assert len([n for n in edge.sent if any(a.rule == "stalled" for a in n.alerts)]) <= 2  # the first hour
 
 
 def test_a_poll_without_a_partitions_commit_resolves_nothing() -> None:
@@ -643,8 +643,8 @@ def test_a_poll_without_one_partitions_commit_does_not_ease_a_critical_lag() -> 
         committed = {second: 100} if i == 30 else {TP: 100, second: 100}
         ends = {TP: 20000 + 100 * i, second: 2000 + 100 * i}
         p.step(snapshot(t, [group(committed=committed, assigned=(TP, second))], ends))
-    assert [(n.kind, n.severity) for n in p.sent] == [("firing", "critical")], [
-        (n.kind, n.severity, n.created_at) for n in p.sent
+    assert [(n.kind, n.severity_text) for n in p.sent] == [("firing", "critical")], [
+        (n.kind, n.severity_text, n.created_at) for n in p.sent
     ]
     (lag,) = [a for a in p.book.alerts.values() if a.rule == "lag"]
     assert lag.severity == "critical"
@@ -669,7 +669,7 @@ def test_one_failed_poll_in_three_still_pages_a_hang() -> None:
     first = {}
     for n in p.sent:
         for a in n.alerts:
-            first.setdefault(a["rule"], n.created_at)
+            first.setdefault(a.rule, n.created_at)
     assert set(first) == {"stalled", "lag"}, first
     assert first["stalled"] - 3600 <= 7 * 60  # its 5-minute window, and a poll or two
     assert first["lag"] - 3600 <= 12 * 60  # 300 s behind, then its 2-minute `for`
@@ -722,8 +722,8 @@ def test_a_partition_without_a_leader_for_hours_does_not_keep_a_drained_topics_l
         p.step(_unread(snap, second) if offline else snap)
         if i == 200:
             assert p.firing() == {}, p.firing()  # drained at poll 125, its leader still gone
-    assert [(n.kind, n.severity) for n in p.sent][-1] == ("resolved", "resolved")
-    assert all(n.created_at <= 130 * 30 for n in p.sent), [(n.kind, n.severity, n.created_at) for n in p.sent]
+    assert [(n.kind, n.severity_text) for n in p.sent][-1] == ("resolved", "resolved")
+    assert all(n.created_at <= 130 * 30 for n in p.sent), [(n.kind, n.severity_text, n.created_at) for n in p.sent]
 
 
 def test_a_crash_looping_consumer_is_one_stall_not_one_per_restart() -> None:
@@ -761,7 +761,7 @@ def test_a_consumer_gone_for_good_resolves_its_stall_and_is_stopped() -> None:
         state = "Empty" if members == 0 else "Stable"
         p.step(snapshot(t, [group("app", committed={TP: committed}, state=state, members=members)], {TP: end}))
     assert p.firing() == {"stopped": "critical"}  # the stall resolved (inhibited by `stopped` meanwhile)
-    assert [(n.kind, [a["rule"] for a in n.firing]) for n in p.sent] == [
+    assert [(n.kind, [a.rule for a in n.firing]) for n in p.sent] == [
         ("firing", ["stalled"]),
         ("update", ["stopped"]),
     ]
@@ -784,7 +784,7 @@ def test_a_poll_mid_rebalance_without_an_old_quiet_commit_is_no_expiry() -> None
             g = group("app", committed={TP: end - 100}, state="CompletingRebalance", subscribed=("orders", "audit"),
                       assigned=())  # fmt: skip
         p.step(snapshot(t, [g], {TP: end, audit: 500}), [old] if i == 0 else [], caught_up=True)
-    assert p.sent == [], [(n.kind, [a["rule"] for a in n.alerts]) for n in p.sent]
+    assert p.sent == [], [(n.kind, [a.rule for a in n.alerts]) for n in p.sent]
 
 
 def _daemon_like(rules: dict) -> Pipeline:  # type: ignore[type-arg]
@@ -837,7 +837,7 @@ def test_a_sinks_rarely_written_partitions_borrow_the_cadence_of_its_busy_ones()
         if t % 360 == 0:
             committed = dict(ends)
         p.step(snapshot(t, [group("s3-sink", committed=dict(committed))], dict(ends)))
-    assert [(n.created_at, [a["details"].get("partitions") for a in n.alerts]) for n in p.sent] == []
+    assert [(n.created_at, [a.details.get("partitions") for a in n.alerts]) for n in p.sent] == []
 
 
 def test_a_batch_consumers_recurring_hangs_each_page() -> None:
@@ -877,7 +877,7 @@ def test_a_hang_of_a_sinks_busy_partition_pages_at_the_window_whatever_its_sibli
         p.step(snapshot(t, [group("s3", committed=dict(committed), assigned=(busy, quiet))], dict(ends)))
     (first,) = [n for n in p.sent if n.kind == "firing"]
     assert first.created_at - hang <= 5.5 * 60, first.created_at - hang
-    assert first.alerts[0]["details"]["partitions"] == [0]
+    assert first.alerts[0].details["partitions"] == [0]
 
 
 def test_a_consumer_a_little_behind_on_a_partition_without_a_leader_is_not_paged() -> None:
@@ -898,7 +898,7 @@ def test_a_consumer_a_little_behind_on_a_partition_without_a_leader_is_not_paged
         snap = snapshot(t, [group("app", committed={TP: first, second: ends[second] - 100}, assigned=(TP, second))],
                         dict(ends))  # fmt: skip
         p.step(_unread(snap, TP) if offline else snap)
-    assert p.sent == [], [(n.kind, [a["rule"] for a in n.alerts], n.created_at) for n in p.sent]
+    assert p.sent == [], [(n.kind, [a.rule for a in n.alerts], n.created_at) for n in p.sent]
 
 
 def test_a_consumer_passing_a_stale_log_end_does_not_resolve_a_real_lag() -> None:
@@ -931,7 +931,7 @@ def test_a_crash_loop_with_kubernetes_back_off_is_one_stopped_incident() -> None
         else:
             g = group("app", committed={TP: 1000}, state="Empty", members=0)
         p.step(snapshot(t, [g], {TP: end}))
-    stopped = [n.kind for n in p.sent if any(a["rule"] == "stopped" for a in n.alerts)]
+    stopped = [n.kind for n in p.sent if any(a.rule == "stopped" for a in n.alerts)]
     assert len(p.sent) <= 4 and "resolved" not in stopped, [(n.kind, n.created_at) for n in p.sent]
 
 
@@ -1007,7 +1007,7 @@ def test_a_crash_loop_that_commits_a_little_each_run_is_one_stopped_incident() -
         else:
             g = group("app", committed={TP: committed}, state="Empty", members=0)
         p.step(snapshot(t, [g], {TP: end}))
-    stopped = [a["state"] for n in p.sent for a in n.alerts if a["rule"] == "stopped"]
+    stopped = [a.state for n in p.sent for a in n.alerts if a.rule == "stopped"]
     assert "resolved" not in stopped and stopped.count("firing") >= 1, [(n.kind, n.created_at) for n in p.sent]
 
 
@@ -1041,7 +1041,7 @@ def test_a_crash_loop_with_long_runs_is_one_stopped_incident() -> None:
             else:
                 g = group("app", committed={TP: committed}, state="Empty", members=0)
             p.step(snapshot(t, [g], {TP: end}))
-        stopped = [a["state"] for n in p.sent for a in n.alerts if a["rule"] == "stopped"]
+        stopped = [a.state for n in p.sent for a in n.alerts if a.rule == "stopped"]
         assert "resolved" not in stopped, (run_s, [(n.kind, n.created_at) for n in p.sent])
 
 
@@ -1101,7 +1101,7 @@ def _behind(t: float, rate: int = 10, behind_s: int = 2400) -> tuple[int, int]:
 
 
 def _lag_notifications(p: Pipeline) -> list[tuple[str, str]]:
-    return [(n.kind, n.severity) for n in p.sent for a in n.alerts if a["rule"] == "lag"]
+    return [(n.kind, n.severity_text) for n in p.sent for a in n.alerts if a.rule == "lag"]
 
 
 @pytest.mark.parametrize("down", ["lagwatch", "cluster"])
@@ -1228,7 +1228,7 @@ def test_a_committer_on_its_own_checkpoint_cadence_is_not_stopped_and_its_real_s
     progress = p.history.groups["flink"].partitions[TP]
     assert progress.commit_cadence is not None and 170 <= progress.commit_cadence <= 180
     _checkpoint_committer_polls(p, 720, 900, stop_at=7200.0)
-    fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
+    fired = [n.created_at for n in p.sent if any(a.rule == "stopped" and a.state == "firing" for a in n.alerts)]
     assert len(fired) == 1 and all(n.kind != "resolved" for n in p.sent)
     assert 7200 + 2 * 170 <= fired[0] <= 7200 + 2 * 180 + 20, fired
 
@@ -1244,8 +1244,8 @@ def test_a_topic_made_again_between_two_polls_is_no_rewind_and_a_real_rewind_sti
         ends = {TP: 30 if made_again else 500, other: 500}
         committed = {TP: 20 if made_again else 480, other: 100 if i >= 12 else 480}  # `other`: reset by hand
         p.step(snapshot(t, [group("g", committed=committed, subscribed=("orders", "other"))], ends))
-    rewinds = [a for n in p.sent for a in n.alerts if a["rule"] == "rewind" and a["state"] == "firing"]
-    assert {a["labels"]["topic"] for a in rewinds} == {"other"}
+    rewinds = [a for n in p.sent for a in n.alerts if a.rule == "rewind" and a.state == "firing"]
+    assert {a.labels["topic"] for a in rewinds} == {"other"}
 
 
 def test_a_slow_consumer_under_retention_is_one_below_log_start_incident_not_one_per_deletion() -> None:
@@ -1285,11 +1285,11 @@ def test_a_consumer_back_from_a_hang_is_not_falling_behind() -> None:
         else:
             committed = min(end, 2120 + int(60 * (t - 170)))  # then catching up, 40 records/s faster
         p.step(snapshot(t, [group("g", committed={TP: committed})], {TP: end}))
-    assert not [n for n in p.sent if any(a["rule"] == "falling_behind" for a in n.alerts)]
+    assert not [n for n in p.sent if any(a.rule == "falling_behind" for a in n.alerts)]
     slow = pipeline(stalled={"enabled": False}, lag={"enabled": False})
     for t in times(0, 200, seed=6):  # a consumer that stays, at half the production rate: still paged
         slow.step(snapshot(t, [group("g", committed={TP: int(10 * t)})], {TP: int(20 * t)}))
-    assert [n.kind for n in slow.sent if any(a["rule"] == "falling_behind" for a in n.alerts)][:1] == ["firing"]
+    assert [n.kind for n in slow.sent if any(a.rule == "falling_behind" for a in n.alerts)][:1] == ["firing"]
 
 
 def _sink_through_an_outage(p: Pipeline, hang_after: float | None = None) -> None:
@@ -1337,7 +1337,7 @@ def test_an_empty_group_is_stopped_once_it_has_lagged_for_the_window_not_at_once
             else:
                 committed = 0
         p.step(snapshot(t, [group("q", committed={TP: committed}, state="Empty", members=0)], {TP: end}))
-    fired = [n.created_at for n in p.sent if any(a["rule"] == "stopped" and a["state"] == "firing" for a in n.alerts)]
+    fired = [n.created_at for n in p.sent if any(a.rule == "stopped" and a.state == "firing" for a in n.alerts)]
     assert fired, p.sent
     assert changed_at + 30 - INTERVAL <= fired[0] <= changed_at + 30 + 2 * INTERVAL, fired
 
@@ -1347,5 +1347,5 @@ def test_a_stall_firing_before_an_outage_stays_one_incident_through_it() -> None
     records still waiting), and paged it again once the wait had passed anew: a firing stall is held."""
     p = pipeline(stalled={"window_s": 60}, lag={"enabled": False}, falling_behind={"enabled": False})
     _sink_through_an_outage(p, hang_after=50)  # hung from 0 s on: firing before the outage at 212 s
-    stalled = [(n.kind, a["state"]) for n in p.sent for a in n.alerts if a["rule"] == "stalled"]
+    stalled = [(n.kind, a.state) for n in p.sent for a in n.alerts if a.rule == "stalled"]
     assert stalled == [("firing", "firing")], stalled

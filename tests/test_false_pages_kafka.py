@@ -97,8 +97,8 @@ def said(recorder: Recorder, t0: float) -> str:
     with recorder.lock:
         sent = list(recorder.sent)
     lines = [
-        f"+{n.created_at - t0:.1f}s {n.kind} group={n.group_labels.get('group')!r} {a['rule']}/{a['state']}/"
-        f"{a['severity']}: {a['summary']} details={a['details']}"
+        f"+{n.created_at - t0:.1f}s {n.kind} group={n.group_labels.get('group')!r} {a.rule}/{a.state}/"
+        f"{a.severity}: {a.summary} details={a.details}"
         for n in sent
         for a in n.alerts
     ]
@@ -319,7 +319,7 @@ def test_broker_outage_raises_only_the_cluster_alert(tmp_path: Path) -> None:
         )
         assert cluster_notes(recorder) == ["firing", "resolved"], report
         assert recorder.kinds(group) == [], report
-        assert recorder.sent[0].firing[0]["rule"] == "cluster_unreachable", report
+        assert recorder.sent[0].firing[0].rule == "cluster_unreachable", report
         # The scenario really happened: records produced through the outage, then drained by the consumer.
         last = polls.last(group)
         assert last is not None and last[1] == "Stable" and last[3] < 100, report
@@ -390,7 +390,7 @@ def test_stopped_consumer_is_one_incident_stopped_and_lag(bootstrap: str, tmp_pa
     assert notified_rules(recorder, group) == {"stopped", "lag"}, report
     firsts = [kind for kind, _ in recorder.kinds(group) if kind == "firing"]
     assert firsts == ["firing"], report  # one incident
-    stopped_at = next(n.created_at for n in recorder.sent if any(a["rule"] == "stopped" for a in n.firing))
+    stopped_at = next(n.created_at for n in recorder.sent if any(a.rule == "stopped" for a in n.firing))
     # From the first poll that saw the group Empty: the broker takes its LeaveGroup a moment after the client
     # returns, more under load (measured from the client's return, 1 run in 3 took 6.8 s, the old code's too).
     empty_at = min(t for t, state, _, _ in polls.of(group) if state == "Empty")

@@ -324,7 +324,7 @@ def test_ended_api_silences_are_let_go() -> None:
     """The API lists active and future silences only: an ended one could not be found to be deleted, and stayed in
     the book and the state database for good. It is let go an hour after it ended."""
     from lagwatch.alerts import AlertBook, AlertsConfig, Silence
-    from lagwatch.alerts.book import SILENCE_KEPT_S
+    from lagwatch.alerts.muting import SILENCE_KEPT_S
 
     book = AlertBook(AlertsConfig())
     book.silences = [

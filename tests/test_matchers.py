@@ -11,8 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lagwatch import matchers
-from lagwatch.alerts import AlertBook, AlertsConfig
-from lagwatch.alerts.book import Receiver, Silence
+from lagwatch.alerts import AlertBook, AlertsConfig, Receiver, Silence
 from lagwatch.config import NameFilter, load_settings
 from lagwatch.errors import ConfigError
 from lagwatch.model import Finding

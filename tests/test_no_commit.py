@@ -24,7 +24,7 @@ def run(polls: int, poll: object, rules: dict | None = None) -> Pipeline:  # typ
 
 
 def told(p: Pipeline) -> list[tuple[str, str, tuple[str, ...]]]:
-    return [(n.kind, n.severity, tuple(sorted(a["rule"] for a in n.alerts))) for n in p.sent]
+    return [(n.kind, n.severity_text, tuple(sorted(a.rule for a in n.alerts))) for n in p.sent]
 
 
 def test_a_consumer_stuck_before_its_first_commit_is_paged_after_the_window_and_resolves_once_it_commits() -> None:
@@ -41,8 +41,8 @@ def test_a_consumer_stuck_before_its_first_commit_is_paged_after_the_window_and_
     assert fired.created_at == 600.0
     assert resolved.created_at == first_commit * INTERVAL
     (alert,) = fired.alerts
-    assert alert["labels"]["topic"] == "orders"
-    assert "no committed offset" in alert["summary"] and "600 records arrived" in alert["summary"]
+    assert alert.labels["topic"] == "orders"
+    assert "no committed offset" in alert.summary and "600 records arrived" in alert.summary
 
 
 def test_only_the_stuck_partition_is_named_and_a_quiet_one_is_not() -> None:
@@ -52,7 +52,7 @@ def test_only_the_stuck_partition_is_named_and_a_quiet_one_is_not() -> None:
 
     p = run(30, poll)
     assert told(p) == [("firing", "warning", ("no_commit",))]
-    assert p.sent[0].alerts[0]["details"]["partitions"] == [0]
+    assert p.sent[0].alerts[0].details["partitions"] == [0]
 
 
 def test_nothing_for_quiet_partitions_committed_ones_or_a_partition_handed_over_within_the_window() -> None:

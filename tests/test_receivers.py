@@ -22,7 +22,7 @@ def book(**config: object) -> AlertBook:
 
 
 def told(notes: list, receiver: str) -> list[tuple[str, str]]:  # type: ignore[type-arg]
-    return [(n.kind, n.severity) for n in notes if n.receiver == receiver]
+    return [(n.kind, n.severity_text) for n in notes if n.receiver == receiver]
 
 
 def test_a_receiver_never_gets_a_resolve_for_what_it_never_saw() -> None:
@@ -52,8 +52,8 @@ def test_storm_one_summary_per_receiver_then_groups_resolve_one_by_one_quietly()
     b.apply("c", [finding(f"g{i}", "critical") for i in range(30)], frozenset(), 0)
     notes = b.due(0)
     assert [(n.receiver, n.kind) for n in notes] == [("pager", "firing"), ("chat", "firing")]
-    assert notes[0].storm is not None and notes[0].storm["groups_firing"] == 30
-    assert notes[0].storm["alerts_by_rule"] == {"lag": 30}
+    assert notes[0].storm is not None and notes[0].storm.groups_firing == 30
+    assert notes[0].storm.alerts_by_rule == {"lag": 30}
     assert len(b.alerts) == 30  # every group is still tracked
     b.apply("c", [finding(f"g{i}", "critical") for i in range(10)], frozenset(), 60)
     assert b.due(60) == []  # twenty groups resolved: quiet, the storm is still on
@@ -90,7 +90,7 @@ def test_a_storm_announces_late_joiners_and_worse_groups_after_group_interval_an
         b.apply("c", found, frozenset(), t)
         for n in b.due(t):
             assert n.storm is not None
-            sent.append((t, n.kind, n.storm["groups_firing"], n.severity))
+            sent.append((t, n.kind, n.storm.groups_firing, n.severity_text))
 
     poll(0, storm)
     poll(60, [*storm, late])  # joins quietly
@@ -151,10 +151,10 @@ def test_an_escalation_tells_the_severity_it_replaces_and_a_resolve_the_one_it_e
     b.due(0)
     b.apply("c", [finding("g", "critical")], frozenset(), 10)
     (update,) = [n for n in b.due(10) if n.receiver == "chat"]
-    assert [(a["severity"], a.get("previous_severity")) for a in update.alerts] == [("critical", "warning")]
+    assert [(a.severity, a.previous_severity) for a in update.alerts] == [("critical", "warning")]
     b.apply("c", [finding("g", "warning")], frozenset(), 20)
     (ended,) = [n for n in b.due(20) if n.receiver == "pager"]  # below the pager's route now: ended for it
-    assert ended.kind == "resolved" and [(a["severity"], a["resolved_at"]) for a in ended.alerts] == [("critical", 20)]
+    assert ended.kind == "resolved" and [(a.severity, a.resolved_at) for a in ended.alerts] == [("critical", 20)]
 
 
 def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
@@ -171,7 +171,7 @@ def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
     b.apply("c", [bee], frozenset(), 20)  # A resolves, B still fires
     (again,) = b.due(20)
     assert again.kind == "update"
-    assert sorted((x["rule"], x["state"]) for x in again.alerts) == [("lag", "resolved"), ("stalled", "firing")]
+    assert sorted((x.rule, x.state) for x in again.alerts) == [("lag", "resolved"), ("stalled", "firing")]
 
 
 def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() -> None:
@@ -190,5 +190,5 @@ def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() ->
     sent = []
     for t in (100, 200, 300, 400):
         b.apply("c", storm, frozenset(), t)
-        sent += [(t, n.kind, n.storm["groups_firing"] if n.storm else None) for n in b.due(t)]
+        sent += [(t, n.kind, n.storm.groups_firing if n.storm else None) for n in b.due(t)]
     assert sent == [(300, "update", 3)]

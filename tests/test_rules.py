@@ -52,7 +52,7 @@ def test_no_flapping_at_a_steady_threshold(noise: list[int]) -> None:
     p.step(snapshot(0, [group(committed={TP: 0})], {TP: 105}))
     for i, n in enumerate(noise, start=1):
         p.step(snapshot(i * 30, [group(committed={TP: 1000 * i})], {TP: 1000 * i + 100 + n}))
-    lag_notes = [n for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)]
+    lag_notes = [n for n in p.sent if any(a.rule == "lag" for a in n.alerts)]
     assert [n.kind for n in lag_notes] == ["firing"]
 
 
@@ -63,12 +63,12 @@ def test_a_pending_lag_alert_needs_the_full_threshold_for_its_whole_for() -> Non
     for i in range(20):
         lag = 1050 if i == 5 else 850
         p.step(snapshot(i * 30, [group(committed={TP: 3000 * i + 5000 - lag})], {TP: 3000 * i + 5000}))
-    assert not [n for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)]
+    assert not [n for n in p.sent if any(a.rule == "lag" for a in n.alerts)]
     # Over it for the whole `for`, it fires; and then the band holds it at 85%.
     for i in range(20, 40):
         lag = 1050 if i < 26 else 850
         p.step(snapshot(i * 30, [group(committed={TP: 3000 * i + 5000 - lag})], {TP: 3000 * i + 5000}))
-    assert [n.kind for n in p.sent if any(a["rule"] == "lag" for a in n.alerts)] == ["firing"]
+    assert [n.kind for n in p.sent if any(a.rule == "lag" for a in n.alerts)] == ["firing"]
 
 
 @given(

@@ -93,7 +93,7 @@ def test_a_streams_group_is_watched_with_kafkas_own_figures_and_pages_lag(
     finally:
         daemon.stop()
     assert ("firing", ("lag",)) in record.kinds(app_id)
-    assert not [n for n in record.sent for a in n.alerts if a["rule"] == "group_unreadable"]
+    assert not [n for n in record.sent for a in n.alerts if a.rule == "group_unreadable"]
 
 
 def _kafka_streams_groups_lag(libs: Path, bootstrap: str, group: str) -> dict[tuple[str, int], int]:

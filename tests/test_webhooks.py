@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from lagwatch.alerts import AlertBook, AlertsConfig, Notification
-from lagwatch.model import Finding
+from lagwatch.model import Finding, Severity
 from lagwatch.notify.base import DeliveryError
 from lagwatch.notify.settings import SlackWebhookConfig, WebhookConfig
 from lagwatch.notify.slack import SlackWebhookNotifier
@@ -143,7 +143,7 @@ def test_alertmanager_push(receiver: Receiver) -> None:
     escalated = dataclasses.replace(
         firing,
         created_at=130.0,
-        alerts=({**firing.alerts[0], "severity": "critical", "previous_severity": "warning"},),
+        alerts=(dataclasses.replace(firing.alerts[0], severity=Severity.CRITICAL, previous_severity=Severity.WARNING),),
     )
     am.send(escalated, None)
     (_, _, pushed) = receiver.requests[-1]

@@ -1,16 +1,37 @@
-"""CORE: the alert lifecycle (pending, firing, resolved; grouped, repeated, silenced). No I/O, no clock reads."""
+"""CORE: the alert side (no I/O, no clock reads), at Alertmanager's seams:
+records (typed contracts) -> lifecycle (pending, firing, resolved) -> muting (silences, inhibition) ->
+nflog (what each receiver was told; when it is owed more) and storms -> book (the whole, and `due`).
+transitions (firing and resolved, for the lake and the backtest) and restart (what a start restores)."""
 
-from lagwatch.alerts.book import Alert, AlertBook, AlertGroup, Notification, Receiver, Silence, Storm
+from lagwatch.alerts.book import AlertBook
+from lagwatch.alerts.muting import Silence
+from lagwatch.alerts.nflog import AlertGroup
+from lagwatch.alerts.records import (
+    Alert,
+    AlertRecord,
+    AlertState,
+    Notification,
+    NotificationKind,
+    Receiver,
+    StormSummary,
+)
 from lagwatch.alerts.settings import AlertsConfig, SilenceConfig
+from lagwatch.alerts.storms import Storm
+from lagwatch.model import Severity
 
 __all__ = [
     "Alert",
     "AlertBook",
     "AlertGroup",
+    "AlertRecord",
+    "AlertState",
     "AlertsConfig",
     "Notification",
+    "NotificationKind",
     "Receiver",
+    "Severity",
     "Silence",
     "SilenceConfig",
     "Storm",
+    "StormSummary",
 ]

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lagwatch.alerts.book import Alert, AlertBook
+from lagwatch.alerts.book import AlertBook
+from lagwatch.alerts.records import Alert, AlertState
+from lagwatch.model import Severity
 
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    transition: str  # firing | resolved
+    transition: AlertState  # firing | resolved
     at: float
     key: str
     rule: str
-    severity: str  # at firing; the highest it reached, at resolution
+    severity: Severity  # at firing; the highest it reached, at resolution
     cluster: str
     group: str | None
     labels: dict[str, str]
@@ -30,15 +32,12 @@ class Transition:
     peak_lag: int | None
 
 
-_RANK = {"info": 0, "warning": 1, "critical": 2}
-
-
 @dataclass
 class _Seen:
     alert: Alert
     fired_at: float
     peak_lag: int | None
-    worst: str
+    worst: Severity
 
 
 @dataclass
@@ -49,7 +48,7 @@ class TransitionTracker:
     def seed(self, book: AlertBook) -> None:
         """Alerts already firing (restored after a restart) are known, not new."""
         for alert in book.alerts.values():
-            if alert.cluster == self.cluster and alert.state == "firing" and alert.fired_at is not None:
+            if alert.cluster == self.cluster and alert.state == AlertState.FIRING and alert.fired_at is not None:
                 self.firing[alert.key] = _Seen(alert, alert.fired_at, _lag(alert), alert.severity)
 
     def observe(self, book: AlertBook, now: float) -> list[Transition]:
@@ -61,27 +60,31 @@ class TransitionTracker:
             if seen is not None and seen.fired_at != alert.fired_at:  # resolved and fired again in between
                 out.append(self._resolved(seen, now))
                 seen = None
-            if alert.state == "firing":
+            if alert.state == AlertState.FIRING:
                 if seen is None:
                     seen = self.firing[alert.key] = _Seen(alert, alert.fired_at, _lag(alert), alert.severity)
-                    out.append(_transition("firing", alert, now, None, seen.peak_lag, alert.severity))
+                    out.append(_transition(AlertState.FIRING, alert, now, None, seen.peak_lag, alert.severity))
                 else:
                     seen.alert = alert
                     seen.peak_lag = _max(seen.peak_lag, _lag(alert))
-                    if _RANK.get(alert.severity, 0) > _RANK.get(seen.worst, 0):
+                    if alert.severity.rank > seen.worst.rank:
                         seen.worst = alert.severity
         for key, seen in list(self.firing.items()):
             now_alert = book.alerts.get(key)
-            if now_alert is None or now_alert.state == "resolved" or now_alert.fired_at != seen.fired_at:
-                if now_alert is not None and now_alert.state == "resolved" and now_alert.fired_at == seen.fired_at:
+            if now_alert is None or now_alert.state == AlertState.RESOLVED or now_alert.fired_at != seen.fired_at:
+                if (
+                    now_alert is not None
+                    and now_alert.state == AlertState.RESOLVED
+                    and now_alert.fired_at == seen.fired_at
+                ):
                     seen.alert = now_alert
                 out.append(self._resolved(seen, now))
         return out
 
     def _resolved(self, seen: _Seen, now: float) -> Transition:
         del self.firing[seen.alert.key]
-        resolved_at = seen.alert.resolved_at if seen.alert.state == "resolved" else now
-        return _transition("resolved", seen.alert, now, resolved_at, seen.peak_lag, seen.worst)
+        resolved_at = seen.alert.resolved_at if seen.alert.state == AlertState.RESOLVED else now
+        return _transition(AlertState.RESOLVED, seen.alert, now, resolved_at, seen.peak_lag, seen.worst)
 
 
 def _lag(alert: Alert) -> int | None:
@@ -94,7 +97,7 @@ def _max(a: int | None, b: int | None) -> int | None:
 
 
 def _transition(
-    kind: str, alert: Alert, now: float, resolved_at: float | None, peak: int | None, severity: str
+    kind: AlertState, alert: Alert, now: float, resolved_at: float | None, peak: int | None, severity: Severity
 ) -> Transition:
     return Transition(
         transition=kind,

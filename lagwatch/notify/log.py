@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from lagwatch.alerts import Notification
+from lagwatch.alerts import Notification, NotificationKind
 from lagwatch.notify import render
 
 log = logging.getLogger("lagwatch.alert")
@@ -15,29 +15,37 @@ class LogNotifier:
     name = "log"
 
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
-        level = logging.WARNING if notification.kind != "resolved" else logging.INFO
+        level = logging.WARNING if notification.kind != NotificationKind.RESOLVED else logging.INFO
+        severity = notification.severity_text
         said = render.outcome(notification)  # an inhibited alert is muted, never "resolved" (as Slack says)
         if notification.storm is not None:
             log.log(
                 level,
-                f"[{said.upper()}:{notification.severity}] {render.storm_text(notification)}",
-                extra={"notification_id": notification.id, "kind": notification.kind, "storm": notification.storm},
+                f"[{said.upper()}:{severity}] {render.storm_text(notification)}",
+                extra={
+                    "notification_id": notification.id,
+                    "kind": notification.kind.value,
+                    "storm": notification.storm.to_json(),
+                },
             )
             return None
         log.log(
             level,
-            f"[{said.upper()}:{notification.severity}] {notification.group_key}: "
-            + "; ".join(
-                f"{a['rule']} ({render.alert_state(a)}, {a['severity']}): {a['summary']}" for a in notification.alerts
-            ),
+            f"[{said.upper()}:{severity}] {notification.group_key}: "
+            + "; ".join(f"{a.rule} ({render.alert_state(a)}, {a.severity}): {a.summary}" for a in notification.alerts),
             extra={
                 "notification_id": notification.id,
                 "kind": said,
-                "severity": notification.severity,
-                "group": notification.group_labels,
+                "severity": severity,
+                "group": dict(notification.group_labels),
                 "alerts": [
                     {
-                        **{k: a[k] for k in ("rule", "severity", "labels", "summary", "started_at", "resolved_at")},
+                        "rule": a.rule,
+                        "severity": a.severity.value,
+                        "labels": dict(a.labels),
+                        "summary": a.summary,
+                        "started_at": a.started_at,
+                        "resolved_at": a.resolved_at,
                         "state": render.alert_state(a),
                     }
                     for a in notification.alerts

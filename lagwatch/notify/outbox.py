@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagwatch.alerts import Notification
+from lagwatch.alerts import AlertState, Notification, NotificationKind
 from lagwatch.model import from_row
 
 
@@ -194,4 +194,4 @@ def _superseded(n: Notification) -> bool:
     """A repeat says only "still firing": a newer notification of the same group says more. (Updates are kept:
     every change reaches every receiver, in order.) Not a repeat that also tells of an end (an alert muted since,
     told as ended): dropped, its end was told nowhere, and a webhook kept that alert firing for good."""
-    return n.kind == "repeat" and all(a.get("state") != "resolved" for a in n.alerts)
+    return n.kind == NotificationKind.REPEAT and all(a.state != AlertState.RESOLVED for a in n.alerts)

@@ -6,10 +6,11 @@ a long one is cut with a mark rather than refused (`invalid_blocks` dropped the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from lagwatch.alerts import Notification
+from lagwatch.alerts import AlertRecord, AlertState, Notification, NotificationKind
 from lagwatch.escape import CUT_MARK, cut, slack_code, slack_text, url_component, visible
 
 MAX_BLOCKS = 50
@@ -38,12 +39,11 @@ def _plain(text: str, limit: int) -> dict[str, Any]:
     return {"type": "plain_text", "text": cut(visible(text), limit), "emoji": True}
 
 
-def _summary(a: dict[str, Any], limit: int) -> str:
+def _summary(a: AlertRecord, limit: int) -> str:
     """An alert's summary as mrkdwn, at most `limit` characters: escaped, and its names in code spans (the group id
     where the summary first names it, its topic wherever it stands as a word), so that `*`, `_` or `~` in a name
     format nothing and the name reads as one."""
-    summary: str = a.get("summary", "")
-    labels = a.get("labels") or {}
+    summary, labels = a.summary, a.labels
     pieces: list[tuple[str, bool]] = []  # (text, is a name)
     group, topic = labels.get("group") or "", labels.get("topic") or ""
     at = summary.find(group) if group else -1
@@ -70,35 +70,36 @@ def _summary(a: dict[str, Any], limit: int) -> str:
 def outcome(n: Notification) -> str:
     """What a notification says happened, in every notifier alike: its kind, but `muted` for a "resolved" whose
     alerts all left the receiver's view silenced or inhibited (they still fire: it is no resolution)."""
-    if n.kind == "resolved" and n.alerts and all(a.get("muted") for a in n.alerts):
+    if n.kind == NotificationKind.RESOLVED and n.alerts and all(a.muted for a in n.alerts):
         return "muted"
-    return n.kind
+    return n.kind.value
 
 
-def alert_state(a: dict[str, Any]) -> str:
+def alert_state(a: AlertRecord) -> str:
     """An alert's state as a notification tells it: `muted` for one that left it silenced or inhibited."""
-    return "muted" if a.get("muted") else str(a["state"])
+    return "muted" if a.muted else a.state.value
 
 
 def title(n: Notification) -> str:
     """Plain words (escaped by whoever shows them): the state and where."""
     names = (n.group_labels.get("cluster"), n.group_labels.get("group"))
     where = " / ".join(cut(v, NAME_IN_TEXT) for v in names if v) or cut(n.group_key, NAME_IN_TEXT)
-    state = {"resolved": "RESOLVED", "muted": "MUTED"}.get(outcome(n), n.severity.upper())
+    state = {"resolved": "RESOLVED", "muted": "MUTED"}.get(outcome(n), n.severity_text.upper())
     if n.storm is not None:
-        return f"{state}: alert storm on {n.storm['cluster']}"
+        return f"{state}: alert storm on {n.storm.cluster}"
     return f"{state}: {where}"
 
 
 def storm_text(n: Notification) -> str:
     """One line for a storm summary: how many groups, which rules (plain words)."""
-    assert n.storm is not None
-    if n.kind == "resolved":
-        return f"every alert group of the storm on {n.storm['cluster']} has resolved"
-    rules = ", ".join(f"{rule} {count}" for rule, count in n.storm["alerts_by_rule"].items())
-    worst = ", ".join(cut(g, NAME_IN_TEXT) for g in n.storm["worst_groups"][:5])
+    storm = n.storm
+    assert storm is not None
+    if n.kind == NotificationKind.RESOLVED:
+        return f"every alert group of the storm on {storm.cluster} has resolved"
+    rules = ", ".join(f"{rule} {count}" for rule, count in storm.alerts_by_rule.items())
+    worst = ", ".join(cut(g, NAME_IN_TEXT) for g in storm.worst_groups[:5])
     return (
-        f"{n.storm['groups_firing']} consumer groups of {n.storm['cluster']} started firing at once ({rules}); "
+        f"{storm.groups_firing} consumer groups of {storm.cluster} started firing at once ({rules}); "
         f"worst: {worst}. Each group is tracked in the API and metrics."
     )
 
@@ -107,14 +108,14 @@ def fallback_text(n: Notification) -> str:
     """The message's `text`: what notifications, screen readers and old clients show (Slack parses it as mrkdwn)."""
     if n.storm is not None:
         return slack_text(f"[{outcome(n).upper()}] {title(n)}: {storm_text(n)}", MAX_FALLBACK)
-    shown = n.firing or [a for a in n.alerts if not a.get("muted")] or list(n.alerts)  # a muted one did not end
-    rules = ", ".join(sorted({a["rule"] for a in shown}))
-    first = cut(shown[0]["summary"], MAX_FALLBACK) if shown else ""
+    shown = n.firing or [a for a in n.alerts if not a.muted] or list(n.alerts)  # a muted one did not end
+    rules = ", ".join(sorted({a.rule for a in shown}))
+    first = cut(shown[0].summary, MAX_FALLBACK) if shown else ""
     return slack_text(f"[{outcome(n).upper()}] {title(n)} ({rules}): {first}", MAX_FALLBACK)
 
 
-def _figures(a: dict[str, Any]) -> list[str]:
-    d = a.get("details", {})
+def _figures(a: AlertRecord) -> list[str]:
+    d = a.details
     out = []
     if d.get("lag") is not None:
         out.append(f"*Lag:* {d['lag']:,} records")
@@ -142,21 +143,21 @@ def _field(label: str, value: str | None, empty: str) -> dict[str, Any]:
     return _mrkdwn(head + (empty if value is None else slack_code(value, MAX_FIELD - len(head))))
 
 
-def _alert_section(a: dict[str, Any]) -> dict[str, Any]:
-    if a["state"] != "resolved":
-        mark = a["severity"]
+def _alert_section(a: AlertRecord) -> dict[str, Any]:
+    if a.state != AlertState.RESOLVED:
+        mark = a.severity.value
     else:  # a muted one (silenced, inhibited) left the message, still firing
-        mark = ":zzz: muted" if a.get("muted") else ":white_check_mark: resolved"
-    head = f"*{a['rule']}* ({mark}): "
+        mark = ":zzz: muted" if a.muted else ":white_check_mark: resolved"
+    head = f"*{a.rule}* ({mark}): "
     tail = "\n".join(_figures(a))
-    if a.get("runbook_url"):  # the operator's URL, from the configuration: a link, with `|` and `>` kept out
-        tail += ("\n" if tail else "") + f"<{slack_text(a['runbook_url']).replace('|', '%7C')}|Runbook>"
+    if a.runbook_url:  # the operator's URL, from the configuration: a link, with `|` and `>` kept out
+        tail += ("\n" if tail else "") + f"<{slack_text(a.runbook_url).replace('|', '%7C')}|Runbook>"
     room = MAX_SECTION - len(head) - (len(tail) + 1 if tail else 0)
     text = head + _summary(a, max(room, 1)) + ("\n" + tail if tail else "")
     return {"type": "section", "text": _mrkdwn(text if len(text) <= MAX_SECTION else slack_text(text, MAX_SECTION))}
 
 
-def _dashboard_url(template: str, labels: dict[str, str]) -> str | None:
+def _dashboard_url(template: str, labels: Mapping[str, str]) -> str | None:
     """The Grafana link with this group's labels percent-encoded in it; None when it would be over Slack's limit
     (a cut URL would lead somewhere else)."""
     try:
@@ -167,7 +168,7 @@ def _dashboard_url(template: str, labels: dict[str, str]) -> str | None:
 
 
 def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, Any]]:
-    icon = _ICON.get(outcome(n) if n.kind == "resolved" else n.severity, "")
+    icon = _ICON.get(outcome(n) if n.kind == NotificationKind.RESOLVED else n.severity_text, "")
     out: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(title(n), MAX_HEADER)},
         {
@@ -175,7 +176,7 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
             "fields": [
                 _field("Cluster", n.group_labels.get("cluster"), "-"),
                 _field("Group", n.group_labels.get("group"), "(cluster)"),
-                _mrkdwn(f"*Severity:*\n{icon} {n.severity}"),
+                _mrkdwn(f"*Severity:*\n{icon} {n.severity_text}"),
                 _mrkdwn(f"*Firing:*\n{len(n.firing)} alert(s)"),
             ],
         },
@@ -205,22 +206,22 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
 
 def thread_text(n: Notification) -> str:
     """A thread reply's text (mrkdwn, escaped)."""
-    if n.kind == "resolved":
-        ended = sorted({a["rule"] for a in n.alerts if not a.get("muted")})
-        muted = sorted({a["rule"] for a in n.alerts if a.get("muted")} - set(ended))
+    if n.kind == NotificationKind.RESOLVED:
+        ended = sorted({a.rule for a in n.alerts if not a.muted})
+        muted = sorted({a.rule for a in n.alerts if a.muted} - set(ended))
         text = f":white_check_mark: Resolved: {', '.join(ended)}" if ended else ""
         if muted:  # still firing, silenced or inhibited: not resolved
             text += ("; " if text else "") + f":zzz: muted: {', '.join(muted)}"
         return text
     parts, room = [], MAX_SECTION - 100
     for a in n.firing:
-        head = f"{a['rule']} ({a['severity']}): "
+        head = f"{a.rule} ({a.severity}): "
         part = head + _summary(a, max(1, room - len(head)))
         room -= len(part) + 2
         if room <= 0:
             break
         parts.append(part)
-    return f"Still firing ({n.kind}): " + "; ".join(parts)
+    return f"Still firing ({n.kind.value}): " + "; ".join(parts)
 
 
 def _iso(t: float) -> str:

@@ -85,13 +85,16 @@ class SlackNotifier:
         self._recovered_groups: set[str] = set()
 
     def channel_for(self, n: Notification) -> str:
-        worst = (n.firing or list(n.alerts) or [{}])[0]
-        labels: dict[str, str] = worst.get("labels", {})
+        shown = n.firing or list(n.alerts)
         cfg = self.config
+        if not shown:
+            return cfg.default_channel
+        worst = shown[0]
+        labels = worst.labels
         if cfg.channel_label and labels.get(cfg.channel_label):
             return labels[cfg.channel_label]
-        if worst.get("rule") in cfg.rule_channels:
-            return cfg.rule_channels[worst["rule"]]
+        if worst.rule in cfg.rule_channels:
+            return cfg.rule_channels[worst.rule]
         for label, channels in cfg.channels_by_label.items():
             if labels.get(label) in channels:
                 return channels[labels[label]]

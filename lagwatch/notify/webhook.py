@@ -14,11 +14,13 @@ import http.client
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from lagwatch.alerts import Notification
+from lagwatch.alerts import AlertState, Notification
 from lagwatch.notify.base import Deadline, PermanentError, RetryableError, call_deadline_s, http_status_error
 from lagwatch.notify.settings import WebhookConfig
 
@@ -40,16 +42,23 @@ def lagwatch_body(n: Notification) -> dict[str, Any]:
     return {
         "version": 1,
         "id": n.id,
-        "kind": n.kind,
-        "severity": n.severity,
+        "kind": n.kind.value,
+        "severity": n.severity_text,
         "group_key": n.group_key,
-        "group_labels": n.group_labels,
+        "group_labels": dict(n.group_labels),
         "created_at": n.created_at,
         # `muted`: the alert left this notification silenced or inhibited; it still fires (state says resolved
         # for receivers that only know firing and resolved).
-        "alerts": [{**{k: a.get(k) for k in _FIELDS}, "muted": bool(a.get("muted"))} for a in n.alerts],
-        "storm": n.storm,
+        "alerts": [{**{k: _plain(getattr(a, k)) for k in _FIELDS}, "muted": a.muted} for a in n.alerts],
+        "storm": None if n.storm is None else n.storm.to_json(),
     }
+
+
+def _plain(value: Any) -> Any:
+    """A record's field as JSON takes it: mappings as objects, enums as their text."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value.value if isinstance(value, StrEnum) else value
 
 
 def _iso(t: float) -> str:
@@ -60,18 +69,18 @@ def alertmanager_body(n: Notification, hold_s: float) -> list[dict[str, Any]]:
     """Firing alerts hold for `hold_s` unless lagwatch sends them again; resolved ones end at their resolution."""
     out = []
     for a in n.alerts:
-        ends = a["resolved_at"] if a["state"] == "resolved" and a.get("resolved_at") else n.created_at + hold_s
-        annotations = {"summary": a["summary"]}
-        if a.get("runbook_url"):
-            annotations["runbook_url"] = a["runbook_url"]
+        ends = a.resolved_at if a.state == AlertState.RESOLVED and a.resolved_at else n.created_at + hold_s
+        annotations = {"summary": a.summary}
+        if a.runbook_url:
+            annotations["runbook_url"] = a.runbook_url
         # Severity is part of an Alertmanager alert's identity: the alert of the severity it had before ends now.
-        for severity, until in ((a["severity"], ends), (a.get("previous_severity"), n.created_at)):
+        for severity, until in ((a.severity, ends), (a.previous_severity, n.created_at)):
             if severity:
                 out.append(
                     {
-                        "labels": {"alertname": f"lagwatch_{a['rule']}", "severity": severity, **a["labels"]},
+                        "labels": {"alertname": f"lagwatch_{a.rule}", "severity": severity.value, **a.labels},
                         "annotations": annotations,
-                        "startsAt": _iso(a.get("fired_at") or a["started_at"]),
+                        "startsAt": _iso(a.fired_at or a.started_at),
                         "endsAt": _iso(until),
                     }
                 )

@@ -194,12 +194,12 @@ class Replayer:
                     **base,
                     "kind": "notification",
                     "key": n.group_key,
-                    "rule": ",".join(sorted({a["rule"] for a in n.firing})),
-                    "severity": n.severity,
+                    "rule": ",".join(sorted({a.rule for a in n.firing})),
+                    "severity": n.severity_text,
                     "group": n.group_labels.get("group") or None,
                     "labels_json": json.dumps(n.group_labels, sort_keys=True),
                     "fired_at": n.created_at,
-                    "notification_kind": n.kind,
+                    "notification_kind": n.kind.value,
                 }
             )
         return out

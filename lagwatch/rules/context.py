@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
-from lagwatch.model import ClusterSnapshot, Finding, GroupSnapshot
+from lagwatch.model import SEVERITY_OF, ClusterSnapshot, Finding, GroupSnapshot
 from lagwatch.rules.settings import RuleResolver, RuleSet
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class GroupContext:
         keep_firing_for_s = getattr(config, "keep_firing_for_s", 0.0)
         return Finding(
             rule=rule,
-            severity=severity,
+            severity=SEVERITY_OF[severity],  # the configuration's text as the enum (one dict access)
             cluster=self.cluster,
             group=self.group.group_id,
             labels=labels,

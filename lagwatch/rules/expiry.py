@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lagwatch.history import Clock, ClusterHistory
-from lagwatch.model import BrokerSettings, ClusterSnapshot, Finding, GroupKind, TopicPartition
+from lagwatch.model import SEVERITY_OF, BrokerSettings, ClusterSnapshot, Finding, GroupKind, Severity, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.settings import RuleResolver
 from lagwatch.rules.text import duration, partitions, timestamp
@@ -270,7 +270,7 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
         state = "the group is gone" if vanished.group_gone else "the group still exists"
         yield Finding(
             rule="expired",
-            severity=rules.expired.severity if certain else "warning",
+            severity=SEVERITY_OF[rules.expired.severity] if certain else Severity.WARNING,
             cluster=snapshot.cluster,
             group=group_id,
             labels=resolver.labels(snapshot.cluster, group_id, None)[0],
