@@ -40,6 +40,7 @@ from lagwatch.matchers import any_full_match, check_patterns
 from lagwatch.names import differ_not_only_in_case
 from lagwatch.notify.settings import NotifiersConfig
 from lagwatch.rules.settings import RulesConfig
+from lagwatch.serve.settings import HttpConfig
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -183,24 +184,6 @@ def _seconds_like(field: str) -> TypeAdapter[float]:
 
 _POLL_INTERVAL = _seconds_like("poll_interval_s")
 _REQUEST_TIMEOUT = _seconds_like("request_timeout_s")
-
-
-class HttpConfig(_Strict):
-    """The exporter and the JSON API share one port."""
-
-    enabled: bool = True
-    host: str = "0.0.0.0"
-    port: int = Field(default=9308, ge=0, le=65535)  # 0: any free port (tests)
-    # Bearer token for the write endpoints (silences); without one, they are disabled.
-    write_token: SecretStr | None = None
-    # Bearer token for the read endpoints of the API (/api/v1/...); without one, reads are open.
-    read_token: SecretStr | None = None
-    # Open connections at most (and never more than half the open-files limit); over it, the oldest idle or
-    # slow one is closed for the newcomer.
-    max_connections: int = Field(default=1024, ge=1, le=65536)
-    # A request (line, headers, body) must arrive whole within this of the connection opening or of the previous
-    # response, else the connection is closed: idle and slowloris connections cannot pile up.
-    request_read_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
 
 class Settings(BaseSettings):

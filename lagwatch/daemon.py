@@ -13,7 +13,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor as Executor
 from datetime import UTC, datetime
@@ -25,21 +25,20 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from lagwatch import gc_policy
-from lagwatch.alerts import AlertBook, Notification, Receiver, Severity
+from lagwatch.alerts import Alert, AlertBook, AlertState, Notification, Silence, restart
 from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
 from lagwatch.history import ClusterHistory, compact_records, polls_to_keep
-from lagwatch.notify import Dispatcher, Notifier, Outbox, build_notifiers
+from lagwatch.notify import Dispatcher, Notifier, Outbox, WorkerHealth, build_notifiers, receivers_of
 from lagwatch.notify.outbox import Delivery
-from lagwatch.notify.settings import Route
-from lagwatch.notify.webhook import WebhookNotifier
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import RuleResolver
 from lagwatch.runtime import ClusterRuntime
-from lagwatch.serve import metrics
+from lagwatch.serve import health, metrics
 from lagwatch.serve.http import HttpServer
+from lagwatch.serve.settings import HttpConfig
 from lagwatch.state import StateClosedError, StateStore
 from lagwatch.step import ClusterPipeline
 
@@ -86,7 +85,7 @@ class Daemon:
         self._stopping = threading.Event()
         self.polls_under_way: list[str] = []  # clusters whose poll outlasted the stop's grace
         self.state_failures = 0  # saves the disk refused
-        self.state_owed = False  # the last save failed: memory is ahead of the disk
+        self._state_owed = False  # the last save failed: memory is ahead of the disk
         # Compresses and writes the histories off the poll threads (zlib and SQLite let go of the GIL meanwhile).
         self.history_writer = Executor(max_workers=1, thread_name_prefix="history-writer")
         configured = build_notifiers(settings) if notifiers is None else {}
@@ -94,7 +93,8 @@ class Daemon:
             dict(notifiers) if notifiers is not None else {name: n for name, (n, _) in configured.items()}
         )
         self.routes = {name: route for name, (_, route) in configured.items()}
-        self.book, self.outbox = self._load_alerts()
+        cluster_configs = clusters if clusters is not None else settings.clusters
+        self.book, self.outbox = self._load_alerts(cluster_configs)
         self.dispatcher = Dispatcher(
             self.outbox,
             self.notifiers,
@@ -105,7 +105,7 @@ class Daemon:
         )
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
-            for name, cfg in (clusters if clusters is not None else settings.clusters).items()
+            for name, cfg in cluster_configs.items()
         }
         for runtime in self.clusters.values():
             remember = getattr(runtime.poller, "remember_groups", None)  # a test's stand-in poller may not
@@ -131,49 +131,15 @@ class Daemon:
         self._metrics_lock = threading.Lock()
         self.http: HttpServer | None = None
         self.lake = self._open_lake()
-        self._resolve_unconfigured_clusters()
-
-    def _resolve_unconfigured_clusters(self) -> None:
-        """Alerts of a cluster no longer configured (removed, or renamed) resolve: nothing else ever would, and they
-        were repeated for good, beside the renamed cluster's own."""
-        now = self.clock()
-        gone = sorted({a.cluster for a in self.book.alerts.values()} - set(self.clusters))
-        for cluster in gone:
-            firing = sum(1 for a in self.book.alerts.values() if a.cluster == cluster and a.state == "firing")
-            self.book.apply(cluster, [], frozenset(), now)  # firing ones resolve, pending ones are dropped
-            log.warning(
-                "alerts of a cluster no longer configured resolved", extra={"cluster": cluster, "alerts": firing}
-            )
 
     # -- state ------------------------------------------------------------------------------------------------------
 
-    def _receivers(self) -> tuple[Receiver, ...]:
-        """Each notifier with its route, as the alert lifecycle sees them (routing comes before dedup)."""
-        receivers = []
-        for name, notifier in self.notifiers.items():
-            route = self.routes.get(name) or Route()
-            # Alertmanager groups alerts itself: a storm summary would hide most of them from it.
-            storms = not (isinstance(notifier, WebhookNotifier) and notifier.config.format == "alertmanager")
-            receivers.append(
-                Receiver(name, Severity(route.min_severity), tuple(sorted(route.matchers.items())), storms)
-            )
-        return tuple(receivers)
-
-    def _load_alerts(self) -> tuple[AlertBook, Outbox]:
+    def _load_alerts(self, clusters: Iterable[str]) -> tuple[AlertBook, Outbox]:
+        """The alert book and the outbox as the last run left them (lagwatch.alerts.restart says what a start
+        changes in them); here, what touches the disk, the notifiers and the log."""
         raw = self.store.read_alerts()
-        rejected: list[tuple[str, str, str]] = []
-        book = AlertBook.from_json(self.settings.alerts, raw["book"], self._receivers(), rejected)
-        for table, key, why in rejected:
-            # Never crash on it, never wipe the rest silently: kept aside for inspection.
-            log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
-            self.store.db.set_aside(table, key, f"unknown shape: {why}")
-        book.load_config_silences()
         if self.store.db.lost_state:
-            # The last run issued notification ids past this state's sequence (a copy, or nothing): issued again,
-            # a receiver that takes an id once (the webhook body's `id`) would drop the new notifications as
-            # duplicates, and Slack's lookups would take them for posts already made.
-            book.sequence = max(book.sequence, int(self.clock()))
-            # ... and messages of incidents it announced may be there: found and updated, not announced again.
+            # Messages of incidents the last run announced may be there: found and updated, not announced again.
             for notifier in self.notifiers.values():
                 recover = getattr(notifier, "recover_messages_since", None)
                 if recover is not None:
@@ -182,23 +148,32 @@ class Daemon:
         outbox = Outbox.from_json(raw.get("outbox"), odd)
         if self.store.db.unclean_stop or self.store.db.lost_state:
             self._doubt_deliveries(outbox)
-        for key, why, row in odd:  # only these: every other queued notification is still delivered
+        for key, why, _ in odd:  # only these: every other queued notification is still delivered
             log.error("queued notification of an unknown shape set aside", extra={"key": key, "error": why})
             self.store.db.set_aside("outbox", key, why)
-            n = row.get("notification") if isinstance(row, dict) else None
-            if isinstance(n, dict) and isinstance(n.get("group_key"), str) and isinstance(row.get("notifier"), str):
-                # Never delivered: what its receiver was told goes back to what it had before (AlertBook.undelivered)
-                alerts = n.get("alerts")
-                created_at = n.get("created_at")
-                if isinstance(alerts, list) and isinstance(created_at, int | float):
-                    book.undelivered_raw(row["notifier"], n["group_key"], float(created_at), alerts)
-        relabelled = book.relabel(
-            lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")), self.clock()
+        restored = restart.restore(
+            self.settings.alerts,
+            raw["book"],
+            receivers_of(self.notifiers, self.routes),
+            now=self.clock(),
+            lost_state=self.store.db.lost_state,
+            unread_queued=[q for _, _, row in odd if (q := restart.unread_queued(row)) is not None],
+            labels_of=lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")),
+            clusters=clusters,
         )
-        if relabelled:  # the configuration's labels changed since they were saved: the incidents go on
+        book = restored.book
+        for table, key, why in restored.rejected:
+            # Never crash on it, never wipe the rest silently: kept aside for inspection.
+            log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})
+            self.store.db.set_aside(table, key, f"unknown shape: {why}")
+        if restored.relabelled:  # the configuration's labels changed since they were saved: the incidents go on
             log.info(
                 "alerts go on under the labels the configuration now gives them (the old labels resolve)",
-                extra={"alerts": relabelled},
+                extra={"alerts": restored.relabelled},
+            )
+        for cluster, firing in restored.resolved_clusters.items():
+            log.warning(
+                "alerts of a cluster no longer configured resolved", extra={"cluster": cluster, "alerts": firing}
             )
         if book.alerts or outbox.deliveries:
             log.info(
@@ -245,13 +220,13 @@ class Daemon:
                 self.store.save_alerts(self.book, self.outbox, figures)
             except (sqlite3.Error, OSError) as e:
                 self.state_failures += 1
-                if not self.state_owed:
+                if not self._state_owed:
                     log.error("saving the alert state failed; alerting goes on from memory", extra={"error": str(e)})
-                self.state_owed = True
+                self._state_owed = True
                 return
-            if self.state_owed:
+            if self._state_owed:
                 log.warning("alert state saved again", extra={"failed_saves": self.state_failures})
-            self.state_owed = False
+            self._state_owed = False
 
     def save_outbox(self) -> None:
         """After a delivery: the outbox rows only (the notifier workers count and retry failures)."""
@@ -472,7 +447,7 @@ class Daemon:
             "state_save_failures": self.state_failures,
             "state_damage_found": len(self.store.db.damage),
             "state_rows_set_aside": self.store.db.rows_set_aside,
-            "state_writable": int(not self.store.db.read_only and not self.state_owed),
+            "state_writable": int(not self.store.db.read_only and not self._state_owed),
             "collapsed": self.outbox.collapsed,
             **(
                 {"clock_steps_back": self.clock.steps_back, "clock_ahead_seconds": self.clock.ahead_s}
@@ -502,6 +477,60 @@ class Daemon:
         """The per-poll body and `tail`, gzipped or as text, a piece at a time (a scrape's answer)."""
         rendered = self._metrics
         return rendered.gzip_chunks(tail) if gzip else rendered.plain_chunks(tail)
+
+    # -- what the HTTP side may ask (lagwatch.serve.service.Service) --------------------------------------------------
+
+    @property
+    def http_settings(self) -> HttpConfig:
+        return self.settings.http
+
+    def now(self) -> float:
+        return self.clock()
+
+    def runtimes(self) -> Mapping[str, ClusterRuntime]:
+        return self.clusters
+
+    def alerts(
+        self, cluster: str | None = None, group: str | None = None, state: AlertState | None = None
+    ) -> list[tuple[Alert, Silence | None]]:
+        now = self.clock()
+        with self.book_lock:
+            return [
+                (dataclasses.replace(a), self.book.silenced(a, now))
+                for a in sorted(self.book.alerts.values(), key=lambda a: (a.cluster, a.group or "", a.rule))
+                if (cluster is None or a.cluster == cluster) and (group is None or a.group == group)
+                and (state is None or a.state == state)
+            ]  # fmt: skip
+
+    def silences(self, include_ended: bool = False) -> list[Silence]:
+        now = self.clock()
+        with self.book_lock:
+            return [s for s in self.book.silences if include_ended or s.ends_at > now]
+
+    def add_silence(self, silence: Silence) -> None:
+        with self.book_lock:
+            self.book.silences.append(silence)
+            self.save_alerts()
+
+    def delete_silence(self, silence_id: str) -> None:
+        with self.book_lock:
+            self.book.silences = [s for s in self.book.silences if s.id != silence_id]
+            self.save_alerts()
+
+    def scheduler_running(self) -> bool:
+        return health.scheduler_running(self.scheduler)
+
+    def notifiers_supervised(self) -> bool:
+        return self.dispatcher.supervising
+
+    def worker_health(self) -> dict[str, WorkerHealth]:
+        return self.dispatcher.health()
+
+    def state_owed(self) -> bool:
+        return self._state_owed
+
+    def state_notes(self) -> list[str]:
+        return health.state_notes(self.store.db)
 
     def tick(self) -> None:
         """Sends notifications that came due without a poll (group_wait, group_interval, repeat_interval)."""
@@ -602,7 +631,7 @@ class Daemon:
             self.lake.stop(timeout=left(10.0))
         if http_stop is not None:
             http_stop.join(left(5.0))
-        self.store.close(clean=not self.state_owed)
+        self.store.close(clean=not self._state_owed)
         log.info("lagwatch stopped", extra={"queued_notifications": self.outbox.pending()})
 
 

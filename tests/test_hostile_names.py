@@ -238,7 +238,7 @@ def test_the_api_addresses_a_group_whatever_its_id(tmp_path: Path) -> None:
     try:
         daemon.poll_cluster("c")
         app = create_app()
-        app.state.daemon = daemon
+        app.state.service = daemon
         client = TestClient(app, raise_server_exceptions=False)
         listed = {g["group"] for g in client.get("/api/v1/clusters/c/groups").json()}
         assert listed == set(HOSTILE)

@@ -84,7 +84,7 @@ def test_hostile_group_ids_page_as_text_on_slack_and_in_the_log(
             what="a message for every hostile group",
         )
         client = TestClient(create_app(), raise_server_exceptions=False)
-        client.app.state.daemon = daemon  # type: ignore[attr-defined]
+        client.app.state.service = daemon  # type: ignore[attr-defined]
         listed = {g["group"] for g in client.get("/api/v1/clusters/test/groups").json()}
         assert set(groups) <= listed
         for group in groups:

@@ -26,7 +26,7 @@ READ = "r-Token-77aa"
 
 def client_for(daemon: Daemon) -> TestClient:
     app = create_app()
-    app.state.daemon = daemon
+    app.state.service = daemon
     return TestClient(app, raise_server_exceptions=False)
 
 

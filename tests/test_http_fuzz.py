@@ -37,7 +37,7 @@ def fuzzed_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     daemon = make_daemon(tmp_path_factory.mktemp("fuzz"), http={"enabled": False, "write_token": WRITE}).start()
     wait_for(lambda: daemon.clusters[CLUSTER].last_success is not None, timeout=10, what="data to serve")
     put_alert(daemon, "g1")
-    APP.state.daemon = daemon
+    APP.state.service = daemon
     yield daemon
     daemon.stop()
 

@@ -48,7 +48,7 @@ def running(tmp_path: Path) -> Iterator[tuple[Daemon, TestClient]]:
     daemon = make_daemon(tmp_path, http={"enabled": False}, notifiers={"record": Recorder(), "fatal": Fatal()})
     daemon.start()
     app = create_app()
-    app.state.daemon = daemon
+    app.state.service = daemon
     client = TestClient(app)
     wait_for(lambda: daemon.clusters[CLUSTER].last_success is not None, timeout=10, what="the first poll")
     yield daemon, client
@@ -155,7 +155,7 @@ def test_readyz_503_until_a_cluster_had_a_successful_poll(tmp_path: Path) -> Non
     daemon = make_daemon(tmp_path, http={"enabled": False}, fail=True).start()
     try:
         app = create_app()
-        app.state.daemon = daemon
+        app.state.service = daemon
         response = TestClient(app).get("/readyz")
         assert response.status_code == 503 and response.json() == {"ready": False, "waiting_for": [CLUSTER]}
     finally:
@@ -216,7 +216,7 @@ def test_a_history_save_that_hangs_is_said_in_readyz_and_the_log_once_and_polls_
 
     monkeypatch.setattr(daemon.store, "write_history", hanging)
     app = create_app()
-    app.state.daemon = daemon
+    app.state.service = daemon
     client = TestClient(app)
     try:
         daemon.poll_cluster(CLUSTER)  # its history save hangs

@@ -106,7 +106,7 @@ def test_a_cluster_stepping_keeps_its_series_from_its_last_poll_in_the_others_re
 def test_the_api_waits_for_a_step_under_way_instead_of_answering_without_figures(daemon: Daemon) -> None:
     daemon.poll_cluster("a")
     app = create_app()
-    app.state.daemon = daemon
+    app.state.service = daemon
     client = TestClient(app)
     answers: list[Any] = []
     asking = threading.Thread(target=lambda: answers.append(client.get("/api/v1/clusters/a/groups/g7").json()))

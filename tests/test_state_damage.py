@@ -239,12 +239,12 @@ def test_a_read_only_state_volume_alerts_from_memory_and_saves_once_writable(tmp
         for _ in range(5):
             daemon.poll_cluster("c")
         wait_for(lambda: len(record.sent) == len(STUCK), timeout=20, what="pages from memory")
-        assert daemon.store.db.read_only and daemon.state_owed
+        assert daemon.store.db.read_only and daemon.state_owed()
         assert "running from memory" in " ".join(health.state_notes(daemon.store.db))
         assert b"lagwatch_state_writable 0" in _metrics(daemon)
         _mount(state, "remount,rw")
         daemon.poll_cluster("c")
-        assert not daemon.store.db.read_only and not daemon.state_owed
+        assert not daemon.store.db.read_only and not daemon.state_owed()
         daemon.stop()
         again = _daemon(state, {"record": Recorder()})
         assert {a.group for a in again.book.alerts.values()} == set(STUCK)  # saved once it could be

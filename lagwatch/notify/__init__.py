@@ -1,7 +1,9 @@
 """EDGE: delivery of notifications (outbox, dispatcher thread, notifiers)."""
 
+from collections.abc import Mapping
 from typing import Any
 
+from lagwatch.alerts import Receiver, Severity
 from lagwatch.notify.base import DeliveryError, Notifier, PermanentError, RetryableError
 from lagwatch.notify.dispatcher import Dispatcher, WorkerHealth
 from lagwatch.notify.log import LogNotifier
@@ -29,6 +31,17 @@ def build_notifiers(settings: Any) -> dict[str, tuple[Notifier, Route]]:
     return out
 
 
+def receivers_of(notifiers: Mapping[str, Notifier], routes: Mapping[str, Route]) -> tuple[Receiver, ...]:
+    """Each notifier with its route, as the alert book sees them (routing comes before dedup). A notifier that
+    groups alerts itself (Alertmanager) gets every group, never a storm summary, which would hide most of them."""
+    receivers = []
+    for name, notifier in notifiers.items():
+        route = routes.get(name) or Route()
+        storms = not getattr(notifier, "groups_alerts_itself", False)
+        receivers.append(Receiver(name, Severity(route.min_severity), tuple(sorted(route.matchers.items())), storms))
+    return tuple(receivers)
+
+
 __all__ = [
     "Delivery",
     "DeliveryError",
@@ -42,4 +55,5 @@ __all__ = [
     "Route",
     "WorkerHealth",
     "build_notifiers",
+    "receivers_of",
 ]

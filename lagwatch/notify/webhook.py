@@ -94,6 +94,11 @@ class WebhookNotifier:
         self.hold_s = alertmanager_hold_s
         self._deadline = Deadline(f"webhook {name}", call_deadline_s(config.timeout_s))
 
+    @property
+    def groups_alerts_itself(self) -> bool:
+        """Alertmanager groups what it is pushed: storm summaries would hide most alerts from it."""
+        return self.config.format == "alertmanager"
+
     def send(self, notification: Notification, ref: dict[str, Any] | None) -> dict[str, Any] | None:
         if self.config.format == "alertmanager":
             url = self.config.url.rstrip("/") + "/api/v2/alerts"

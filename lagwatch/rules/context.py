@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
 from lagwatch.model import SEVERITY_OF, ClusterSnapshot, Finding, GroupSnapshot
 from lagwatch.rules.settings import RuleResolver, RuleSet
-
-if TYPE_CHECKING:
-    from lagwatch.rules.expiry import Outlook
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and one is built per group at every
@@ -49,17 +46,6 @@ class GroupContext:
     @property
     def cluster(self) -> str:
         return self.snapshot.cluster
-
-    @property
-    def expiry(self) -> Outlook | None:
-        """When this group's offsets can expire (computed once: the expiry rule and the exporter both use it).
-        Not functools.cached_property: on Python 3.11 it takes a lock per call, a tenth of the rules' time."""
-        if "expiry" not in self.memo:
-            from lagwatch.rules.expiry import outlook  # expiry imports this module
-
-            self.memo["expiry"] = outlook(self)
-        result: Outlook | None = self.memo["expiry"]
-        return result
 
     def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
         if topic is None:

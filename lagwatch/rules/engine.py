@@ -119,8 +119,9 @@ def evaluate(
         ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held, group_rules)
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
-        if ctx.expiry is not None:
-            expiries[group.group_id] = ctx.expiry.expires_at
+        view = expiry.group_outlook(ctx)
+        if view is not None:
+            expiries[group.group_id] = view.expires_at
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
     return Evaluation(
         snapshot.cluster,

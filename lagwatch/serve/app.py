@@ -6,7 +6,8 @@ object or a value that does not validate, 422 for an unknown field, 413 for a bo
 never shows a traceback to the client. Write endpoints need the configured bearer token; read endpoints of the API
 too when a read token is configured. /metrics, /healthz and /readyz stay open.
 
-The app reads the daemon from `app.state.daemon`, so the OpenAPI document can be generated without one.
+The app reads what it serves from `app.state.service` (lagwatch.serve.service: the daemon implements it), so the
+OpenAPI document can be generated without one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import hmac
 import logging
 import threading
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
@@ -26,13 +27,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lagwatch import __version__
+from lagwatch.alerts import AlertState
 from lagwatch.alerts import Silence as BookSilence
 from lagwatch.runtime import ClusterRuntime
 from lagwatch.serve import health, models, views
 from lagwatch.serve.metrics import CONTENT_TYPE, render_self_monitoring
-
-if TYPE_CHECKING:
-    from lagwatch.daemon import Daemon
+from lagwatch.serve.service import Service
 
 log = logging.getLogger("lagwatch.http")
 MAX_BODY_BYTES = 64 * 1024
@@ -177,12 +177,12 @@ def _api_error(_: Request, exc: Exception) -> JSONResponse:
 _bearer = HTTPBearer(auto_error=False, description="http.read_token for reads (when set), http.write_token for writes")
 
 
-def _daemon(request: Request) -> Daemon:
-    daemon: Daemon = request.app.state.daemon
-    return daemon
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
 
 
-DaemonDep = Annotated["Daemon", Depends(_daemon)]
+ServiceDep = Annotated[Service, Depends(_service)]
 BearerDeclared = Annotated[Any, Security(_bearer)]
 
 
@@ -194,14 +194,14 @@ def _check_token(request: Request, expected: str) -> None:
         raise ApiError(401, "invalid bearer token")
 
 
-def _require_read(request: Request, daemon: DaemonDep, _: BearerDeclared) -> None:
-    token = daemon.settings.http.read_token
+def _require_read(request: Request, service: ServiceDep, _: BearerDeclared) -> None:
+    token = service.http_settings.read_token
     if token is not None:
         _check_token(request, token.get_secret_value())
 
 
-def _require_write(request: Request, daemon: DaemonDep, _: BearerDeclared) -> None:
-    token = daemon.settings.http.write_token
+def _require_write(request: Request, service: ServiceDep, _: BearerDeclared) -> None:
+    token = service.http_settings.write_token
     if token is None:
         raise ApiError(403, "write endpoints are disabled: set http.write_token")
     _check_token(request, token.get_secret_value())
@@ -266,8 +266,8 @@ def openapi_document() -> dict[str, Any]:
     return create_app().openapi()
 
 
-def _liveness_problems(daemon: Daemon) -> list[str]:
-    return health.liveness_problems(health.scheduler_running(daemon.scheduler), daemon.dispatcher.supervising)
+def _liveness_problems(service: Service) -> list[str]:
+    return health.liveness_problems(service.scheduler_running(), service.notifiers_supervised())
 
 
 def _probes(app: FastAPI) -> None:
@@ -283,7 +283,7 @@ def _probes(app: FastAPI) -> None:
     async def healthz(request: Request) -> Any:
         # On the event loop, no lock taken: queued behind nothing on the thread pool (a flood of /metrics
         # scrapes, each piece of which takes a turn of it, held a probe there for seconds).
-        problems = _liveness_problems(request.app.state.daemon)
+        problems = _liveness_problems(request.app.state.service)
         if problems:
             return JSONResponse({"status": "failing", "problems": problems}, status_code=503)
         return models.Health(status="ok")
@@ -296,16 +296,16 @@ def _probes(app: FastAPI) -> None:
         responses={503: {"model": models.Readiness}},
         tags=["probes"],
     )
-    def readyz(request: Request, daemon: DaemonDep) -> Any:
-        workers = daemon.dispatcher.health()
+    def readyz(request: Request, service: ServiceDep) -> Any:
+        workers = service.worker_health()
         waiting, problems = health.readiness(
-            daemon.clusters.values(), workers, request.app.state.persist_streaks, getattr(daemon, "state_owed", False)
+            service.runtimes().values(), workers, request.app.state.persist_streaks, service.state_owed()
         )
-        problems = _liveness_problems(daemon) + problems
+        problems = _liveness_problems(service) + problems
         body: dict[str, Any] = {"ready": not waiting and not problems, "waiting_for": waiting}
         if problems:
             body["problems"] = problems
-        notes = health.state_notes(getattr(getattr(daemon, "store", None), "db", None))
+        notes = service.state_notes()
         if notes:
             body["notes"] = notes
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
@@ -321,12 +321,14 @@ def _probes(app: FastAPI) -> None:
         responses={200: {"content": {CONTENT_TYPE.split(";")[0]: {}}, "description": "text format 0.0.4"}},
         tags=["probes"],
     )
-    def metrics(request: Request, daemon: DaemonDep) -> Response:
+    def metrics(request: Request, service: ServiceDep) -> Response:
         connections = getattr(request.app.state, "connections", None)
+        workers = service.worker_health()
         own = render_self_monitoring(
-            daemon.dispatcher.health(),
-            health.scheduler_running(daemon.scheduler),
-            {"http": request.app.state.internal_errors.count} | _notifier_internal_errors(daemon),
+            workers,
+            service.scheduler_running(),
+            {"http": request.app.state.internal_errors.count}
+            | {f"notifier:{name}": h.unexpected_errors for name, h in workers.items()},
             connections.open_count if connections is not None else None,
             connections.closed if connections is not None else {},
         )
@@ -334,7 +336,7 @@ def _probes(app: FastAPI) -> None:
         # (150 of them took 650 MB with the text of 500 partitions x 40 groups; 41 MB each at 100k).
         gzip = _accepts_gzip(request.headers.get("accept-encoding", ""))  # Prometheus does; the body is kept gzipped
         headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzip else {"Vary": "Accept-Encoding"}
-        return StreamingResponse(daemon.metrics_chunks(own, gzip), media_type=CONTENT_TYPE, headers=headers)
+        return StreamingResponse(service.metrics_chunks(own, gzip), media_type=CONTENT_TYPE, headers=headers)
 
 
 def _accepts_gzip(header: str) -> bool:
@@ -353,28 +355,18 @@ def _accepts_gzip(header: str) -> bool:
     return False
 
 
-def _notifier_internal_errors(daemon: Daemon) -> dict[str, int]:
-    return {f"notifier:{name}": h.unexpected_errors for name, h in daemon.dispatcher.health().items()}
-
-
-def _runtime(daemon: Daemon, cluster: str) -> ClusterRuntime:
-    runtime = daemon.clusters.get(cluster)
+def _runtime(service: Service, cluster: str) -> ClusterRuntime:
+    runtime = service.runtimes().get(cluster)
     if runtime is None:
         raise ApiError(404, f"unknown cluster {cluster!r}")
     return runtime
 
 
 def _alerts(
-    daemon: Daemon, cluster: str | None = None, group: str | None = None, state: str | None = None
+    service: Service, cluster: str | None = None, group: str | None = None, state: str | None = None
 ) -> list[dict[str, Any]]:
-    now = daemon.clock()
-    with daemon.book_lock:
-        return [
-            views.alert_view(a, daemon.book.silenced(a, now))
-            for a in sorted(daemon.book.alerts.values(), key=lambda a: (a.cluster, a.group or "", a.rule))
-            if (cluster is None or a.cluster == cluster) and (group is None or a.group == group)
-            and (state is None or a.state == state)
-        ]  # fmt: skip
+    chosen = None if state is None else AlertState(state)
+    return [views.alert_view(a, silence) for a, silence in service.alerts(cluster, group, chosen)]
 
 
 def _api(app: FastAPI) -> None:
@@ -391,8 +383,8 @@ def _api(app: FastAPI) -> None:
         responses=_errors(401),
         tags=tags,
     )
-    def clusters(daemon: DaemonDep) -> Any:
-        return [views.cluster_view(rt) for rt in daemon.clusters.values()]
+    def clusters(service: ServiceDep) -> Any:
+        return [views.cluster_view(rt) for rt in service.runtimes().values()]
 
     @app.get(
         f"{API}/clusters/{{cluster}}",
@@ -403,8 +395,8 @@ def _api(app: FastAPI) -> None:
         responses=_errors(400, 401, 404),
         tags=tags,
     )
-    def cluster(cluster: str, daemon: DaemonDep) -> Any:
-        return views.cluster_view(_runtime(daemon, cluster))
+    def cluster(cluster: str, service: ServiceDep) -> Any:
+        return views.cluster_view(_runtime(service, cluster))
 
     @app.get(
         f"{API}/clusters/{{cluster}}/groups",
@@ -415,8 +407,8 @@ def _api(app: FastAPI) -> None:
         responses=_errors(400, 401, 404, 503),
         tags=tags,
     )
-    def groups(cluster: str, daemon: DaemonDep) -> Any:
-        summaries = views.group_summaries(_runtime(daemon, cluster))
+    def groups(cluster: str, service: ServiceDep) -> Any:
+        summaries = views.group_summaries(_runtime(service, cluster))
         if summaries is None:
             raise ApiError(503, f"cluster {cluster!r} has no successful poll to show")
         return summaries
@@ -431,9 +423,9 @@ def _api(app: FastAPI) -> None:
         responses=_errors(400, 401, 404),
         tags=tags,
     )
-    def group(cluster: str, group: str, daemon: DaemonDep) -> Any:
-        rt = _runtime(daemon, cluster)
-        detail = views.group_detail(rt, group, _alerts(daemon, cluster=cluster, group=group))
+    def group(cluster: str, group: str, service: ServiceDep) -> Any:
+        rt = _runtime(service, cluster)
+        detail = views.group_detail(rt, group, _alerts(service, cluster=cluster, group=group))
         if detail is None:
             raise ApiError(404, f"unknown group {group!r} in cluster {cluster!r}")
         return detail
@@ -448,12 +440,12 @@ def _api(app: FastAPI) -> None:
         tags=tags,
     )
     def alerts(
-        daemon: DaemonDep,
+        service: ServiceDep,
         cluster: Annotated[str | None, Query()] = None,
         group: Annotated[str | None, Query()] = None,
         state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
     ) -> Any:
-        return _alerts(daemon, cluster, group, state)
+        return _alerts(service, cluster, group, state)
 
     @app.get(
         f"{API}/silences",
@@ -464,10 +456,8 @@ def _api(app: FastAPI) -> None:
         responses=_errors(401),
         tags=tags,
     )
-    def silences(daemon: DaemonDep) -> Any:
-        now = daemon.clock()
-        with daemon.book_lock:
-            return [views.silence_view(s) for s in daemon.book.silences if s.ends_at > now]
+    def silences(service: ServiceDep) -> Any:
+        return [views.silence_view(s) for s in service.silences()]
 
     @app.post(
         f"{API}/silences",
@@ -478,8 +468,8 @@ def _api(app: FastAPI) -> None:
         responses=_errors(400, 401, 403, 413, 422),
         tags=tags,
     )
-    def create_silence(body: models.SilenceCreate, daemon: DaemonDep) -> Any:
-        now = daemon.clock()
+    def create_silence(body: models.SilenceCreate, service: ServiceDep) -> Any:
+        now = service.now()
         if body.ends_at.timestamp() <= now:
             raise ApiError(400, "ends_at: must be in the future")
         if body.starts_at is not None and body.starts_at >= body.ends_at:
@@ -492,9 +482,7 @@ def _api(app: FastAPI) -> None:
             comment=body.comment,
             created_by=body.created_by,
         )
-        with daemon.book_lock:
-            daemon.book.silences.append(silence)
-            daemon.save_alerts()
+        service.add_silence(silence)
         log.info(
             "silence created", extra={"silence": silence.id, "matchers": silence.matchers, "until": silence.ends_at}
         )
@@ -509,15 +497,11 @@ def _api(app: FastAPI) -> None:
         responses=_errors(400, 401, 403, 404, 409),
         tags=tags,
     )
-    def delete_silence(silence: str, daemon: DaemonDep) -> Response:
-        with daemon.book_lock:
-            found = [s for s in daemon.book.silences if s.id == silence]
-            if not found:
-                raise ApiError(404, f"unknown silence {silence!r}")
-            if found[0].created_by == models.CONFIG_SILENCE_CREATOR or silence.startswith(
-                models.CONFIG_SILENCE_ID_PREFIX
-            ):
-                raise ApiError(409, f"silence {silence!r} comes from the configuration file; remove it there")
-            daemon.book.silences = [s for s in daemon.book.silences if s.id != silence]
-            daemon.save_alerts()
+    def delete_silence(silence: str, service: ServiceDep) -> Response:
+        found = [s for s in service.silences(include_ended=True) if s.id == silence]
+        if not found:
+            raise ApiError(404, f"unknown silence {silence!r}")
+        if found[0].created_by == models.CONFIG_SILENCE_CREATOR or silence.startswith(models.CONFIG_SILENCE_ID_PREFIX):
+            raise ApiError(409, f"silence {silence!r} comes from the configuration file; remove it there")
+        service.delete_silence(silence)
         return Response(status_code=204)

@@ -27,7 +27,7 @@ import select
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h11
 import uvicorn
@@ -35,9 +35,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from lagwatch.errors import LagwatchError
 from lagwatch.serve.app import create_app
-
-if TYPE_CHECKING:
-    from lagwatch.daemon import Daemon
+from lagwatch.serve.service import Service
 
 log = logging.getLogger("lagwatch.http")
 KEEP_ALIVE_S = 5
@@ -247,8 +245,8 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class HttpServer:
-    def __init__(self, daemon: Daemon) -> None:
-        cfg = daemon.settings.http
+    def __init__(self, service: Service) -> None:
+        cfg = service.http_settings
         self.host = cfg.host
         max_connections = effective_max_connections(cfg.max_connections)
         if max_connections < cfg.max_connections:
@@ -260,7 +258,7 @@ class HttpServer:
         self.socket = _listen(cfg.host, cfg.port)
         self.port: int = self.socket.getsockname()[1]
         app = create_app()
-        app.state.daemon = daemon
+        app.state.service = service
         app.state.connections = self.connections
         protocol = type("GuardedH11ProtocolOfServer", (GuardedH11Protocol,), {"connection_guard": self.connections})
         config = uvicorn.Config(
