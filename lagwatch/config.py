@@ -155,6 +155,11 @@ class ClusterConfig(_Strict):
     # Spark Structured Streaming queries, by the name they get as a consumer group.
     checkpoint_consumers: dict[str, CheckpointConsumerConfig] = Field(default_factory=dict)
 
+    @property
+    def max_gap_s(self) -> float:
+        """Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped)."""
+        return 2 * self.poll_interval_s + self.request_timeout_s
+
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:

@@ -30,7 +30,7 @@ from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig, Settings
-from lagwatch.history import ClusterHistory, compact_records, polls_to_keep
+from lagwatch.history import ClusterHistory, compact_records
 from lagwatch.notify import Dispatcher, Notifier, Outbox, WorkerHealth, build_notifiers, receivers_of
 from lagwatch.notify.outbox import Delivery
 from lagwatch.offsets_topic import Record
@@ -114,8 +114,15 @@ class Daemon:
             if reader_factory is not None and runtime.config.exact_clocks:
                 runtime.offsets_reader = reader_factory(runtime.name, runtime.config, self._exact_clock_sink(runtime))
         self.pipelines = {
-            name: ClusterPipeline(
-                name, runtime.history, self.resolver, self.book, runtime.config.read_committed, self.book_lock
+            name: ClusterPipeline.build(
+                name,
+                self.resolver,
+                self.book,
+                history=runtime.history,
+                poll_interval_s=runtime.config.poll_interval_s,
+                max_gap_s=runtime.config.max_gap_s,
+                read_committed=runtime.config.read_committed,
+                book_lock=self.book_lock,
             )
             for name, runtime in self.clusters.items()
         }
@@ -268,10 +275,6 @@ class Daemon:
                 "history of groups and topics no longer watched let go",
                 extra={"cluster": name, "group_partitions": dropped},
             )
-        # Longer than this between two good polls, and lagwatch was blind (down, or its polls were skipped).
-        history.max_gap_s = 2 * config.poll_interval_s + config.request_timeout_s
-        # Also twice the longest stalled window that learns: the commit waits are measured on the rings.
-        history.keep = polls_to_keep(self.settings.rules.longest_history_s(), config.poll_interval_s)
         if isinstance(self.clock, SteadyClock) and history.last_ok_poll is not None:
             # Saved under a host clock since set back: the next polls must still come after the saved ones.
             self.clock.not_before(history.last_ok_poll)

@@ -53,3 +53,8 @@ def exit_code_of(command: Callable[[], int]) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+# How to install what the Spark jobs, the lake and object storage need: lagwatch is installed from its checkout or
+# a built wheel (it is not on PyPI), with the `spark` extra.
+SPARK_EXTRA = "the spark extra (from the checkout: pip install '.[spark]'; from a wheel: pip install 'WHEEL[spark]')"

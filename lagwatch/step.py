@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagwatch.alerts import AlertBook, Notification
-from lagwatch.history import ClusterHistory
+from lagwatch.history import ClusterHistory, polls_to_keep
 from lagwatch.model import ClusterSnapshot, TopicPartition
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation, RuleResolver, evaluate
@@ -33,6 +33,48 @@ class ClusterPipeline:
 
     def __post_init__(self) -> None:
         self.history.stall_window_of = self._stall_window  # the waits `stalled` learns, by its own window
+
+    @classmethod
+    def build(
+        cls,
+        cluster: str,
+        resolver: RuleResolver,
+        book: AlertBook,
+        *,
+        history: ClusterHistory | None = None,
+        poll_interval_s: float | None = None,
+        max_gap_s: float | None = None,
+        read_committed: bool = False,
+        book_lock: AbstractContextManager[Any] | None = None,
+    ) -> ClusterPipeline:
+        """The pipeline of one cluster, as the daemon runs it, the backtest replays it (with the poll interval and
+        settings the lake recorded) and the tests drive it: the one place its parts are sized."""
+        pipeline = cls(cluster, history or ClusterHistory(cluster), resolver, book, read_committed)
+        if book_lock is not None:
+            pipeline.book_lock = book_lock
+        pipeline.configure(
+            resolver, poll_interval_s=poll_interval_s, max_gap_s=max_gap_s, read_committed=read_committed
+        )
+        return pipeline
+
+    def configure(
+        self,
+        resolver: RuleResolver,
+        *,
+        poll_interval_s: float | None = None,
+        max_gap_s: float | None = None,
+        read_committed: bool = False,
+        keep_at_least: int = 0,
+    ) -> None:
+        """Takes up a configuration (at the start, or a replay's daemon restart with another one). `max_gap_s`:
+        longer than this between two good polls, lagwatch was blind. `poll_interval_s`: the history keeps the
+        polls the longest window a rule reads needs (and at least `keep_at_least`); None, it keeps what it has."""
+        self.resolver, self.use_last_stable = resolver, read_committed
+        if max_gap_s is not None:
+            self.history.max_gap_s = max_gap_s
+        if poll_interval_s is not None:
+            needed = polls_to_keep(resolver.config.longest_history_s(), poll_interval_s)
+            self.history.keep = max(keep_at_least, needed)
 
     def _stall_window(self, group: str, tp: TopicPartition) -> float | None:
         rule = self.resolver.resolve(self.cluster, group, tp.topic)[0].stalled

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lagwatch.alerts import AlertBook, AlertsConfig
-from lagwatch.history import ClusterHistory
 from lagwatch.model import (
     BrokerSettings,
     ClusterSnapshot,
@@ -72,10 +71,10 @@ class Pipeline:
     """The daemon's own pipeline step, fed with synthetic snapshots, taking notifications after every step."""
 
     def __init__(self, rules: dict | None = None, alerts: dict | None = None, max_gap_s: float = 90.0) -> None:
-        self.history = ClusterHistory("c", max_gap_s=max_gap_s)
         self.resolver = RuleResolver(RulesConfig.model_validate(rules or {}))
         self.book = AlertBook(AlertsConfig.model_validate(alerts or {"group_wait_s": 0, "group_interval_s": 0}))
-        self.pipeline = ClusterPipeline("c", self.history, self.resolver, self.book)
+        self.pipeline = ClusterPipeline.build("c", self.resolver, self.book, max_gap_s=max_gap_s)
+        self.history = self.pipeline.history
         self.sent: list = []
 
     def step(self, snap: ClusterSnapshot, records: Iterable[Record] = (), caught_up: bool = False) -> Evaluation:

@@ -333,7 +333,7 @@ def test_pyspark_missing(tmp_path: Path) -> None:
         str(tmp_path / "out"),
         env={"PYTHONPATH": str(tmp_path / "site")},
     )
-    assert_one_line(result, 1, "pip install 'lagwatch[spark]'")
+    assert_one_line(result, 1, "pip install '.[spark]'")
 
 
 def test_spark_submit_module_has_the_same_errors(tmp_path: Path) -> None:

@@ -395,8 +395,8 @@ def test_report_arguments_are_checked_before_spark_or_any_directory(tmp_path: Pa
     import argparse
 
     from lagwatch.errors import LagwatchError
-    from lagwatch.pipeline.backtest import _time_arg
     from lagwatch.pipeline.report import _window, run_report
+    from lagwatch.pipeline.times import time_arg
 
     (tmp_path / "lake" / "snapshots").mkdir(parents=True)
     out = tmp_path / "o" / "r"
@@ -409,7 +409,7 @@ def test_report_arguments_are_checked_before_spark_or_any_directory(tmp_path: Pa
     with pytest.raises(LagwatchError, match="--last-days must be between 1 and"):
         _window(argparse.Namespace(last_days=10**8, since=None, until=None), 1.8e9)
     with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
-        _time_arg("0001-01-01T00:00:00+14:00")
+        time_arg("0001-01-01T00:00:00+14:00")
     (tmp_path / "file").write_text("")
     with pytest.raises(LagwatchError, match=r"--out .*file: not a directory"):
         run_report(str(tmp_path / "lake"), str(tmp_path / "file"))
@@ -420,7 +420,7 @@ def test_the_report_judges_each_poll_by_the_thresholds_then_in_force(tmp_path: P
     """The daemon ran with a warning at 50 records, then was restarted with 5,000. The report took the last
     configuration recorded for the whole range: the first half's time over warning (and its incident) vanished.
     The backtest's `recorded` takes them in their time as well (both read the same timeline)."""
-    from lagwatch.pipeline.backtest import _params
+    from lagwatch.pipeline.lake_read import recorded_params
     from lagwatch.pipeline.report import run_report
 
     low = {"lag": {"warning": {"offsets": 50}, "critical": {"offsets": 10**8}}}
@@ -438,7 +438,7 @@ def test_the_report_judges_each_poll_by_the_thresholds_then_in_force(tmp_path: P
         snap = snapshot(now[0], [group("g", {tp: 0})], {tp: 1000})  # 1,000 behind throughout
         writer.record(snap, pipeline.step(snap), pipeline.book)
     writer.flush()
-    timeline = _params(spark, str(tmp_path / "lake"), None)["c"]
+    timeline = recorded_params(spark, str(tmp_path / "lake"), None)["c"]
     assert [p.rules for p in timeline] == [low, high]
     report = run_report(str(tmp_path / "lake"), str(tmp_path / "out"), spark=spark)
     (row,) = report.group_daily.itertuples()

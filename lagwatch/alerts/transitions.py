@@ -7,6 +7,7 @@ that was firing and is gone from the book was resolved by this step (the book pr
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from lagwatch.alerts.book import AlertBook
@@ -30,6 +31,21 @@ class Transition:
     fired_at: float
     resolved_at: float | None
     peak_lag: int | None
+
+    def alert_row(self) -> dict[str, object]:
+        """The alert's columns as the lake's alert rows and the backtest's output rows both have them."""
+        return {
+            "key": self.key,
+            "rule": self.rule,
+            "severity": self.severity.value,
+            "group": self.group,
+            "labels_json": json.dumps(self.labels, sort_keys=True),
+            "summary": self.summary,
+            "started_at": self.started_at,
+            "fired_at": self.fired_at,
+            "resolved_at": self.resolved_at,
+            "peak_lag": self.peak_lag,
+        }
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lagwatch.config import CheckpointConsumerConfig
+from lagwatch.errors import SPARK_EXTRA
 from lagwatch.model import CommittedOffset, GroupKind, GroupSnapshot, TopicPartition
 
 STATE = "Checkpoint"
@@ -35,9 +36,7 @@ class _Files:
             try:
                 from pyarrow import fs
             except ImportError:
-                raise CheckpointError(
-                    f"{location}: object storage needs pyarrow (pip install lagwatch[spark])"
-                ) from None
+                raise CheckpointError(f"{location}: object storage needs pyarrow, of {SPARK_EXTRA}") from None
             self._fs, self._root = fs.FileSystem.from_uri(self.location)
         else:
             self._root = location.removeprefix("file://")

@@ -26,6 +26,8 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
 
     from lagwatch.config import ClusterConfig
     from lagwatch.devbroker import LocalBroker
+    from lagwatch.errors import SPARK_EXTRA
+    from lagwatch.lake.settings import lake_installed
 
     print("no cluster configured: starting a local Apache Kafka with demo traffic", file=sys.stderr, flush=True)
     broker = LocalBroker(
@@ -65,6 +67,9 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
     cleanup.callback(shutil.rmtree, state_dir, ignore_errors=True)
     if on_hard_exit is not None:
         on_hard_exit.append(lambda: shutil.rmtree(state_dir, ignore_errors=True))
+    lake = lake_installed()
+    if not lake:
+        print(f"lagwatch: the demo records no lake: it needs pyarrow, of {SPARK_EXTRA}", file=sys.stderr, flush=True)
     return settings.model_copy(
         update={
             "clusters": {
@@ -79,7 +84,7 @@ def start_demo(settings: Any, cleanup: ExitStack, on_hard_exit: list[Callable[[]
             # lake), rolled every minute so files show up soon.
             "lake": settings.lake.model_copy(
                 update={
-                    "enabled": True,
+                    "enabled": lake,
                     "roll_seconds": 60.0,
                     "path": settings.lake.path if "://" not in settings.lake.path else "lake",
                 }

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import importlib.util
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lagwatch.errors import SPARK_EXTRA
+
+
+def lake_installed() -> bool:
+    """Whether the lake can be written here: pyarrow, of the spark extra (the daemon itself never needs it)."""
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 class LakeConfig(BaseModel):
@@ -21,3 +30,10 @@ class LakeConfig(BaseModel):
     # While the target refuses writes, rows stay buffered up to this many; past it the oldest polls are dropped
     # (counted), so memory stays bounded.
     max_buffer_rows: int = Field(default=2_000_000, ge=1)
+
+    @field_validator("enabled")
+    @classmethod
+    def _writable(cls, enabled: bool) -> bool:
+        if enabled and not lake_installed():  # the first poll ended in a traceback: No module named 'pyarrow'
+            raise ValueError(f"the lake needs pyarrow, of {SPARK_EXTRA}; or set it false")
+        return enabled

@@ -383,20 +383,11 @@ def transition_rows(transitions: list[Transition], digest: str) -> codec.Columns
     columns = codec.empty(codec.ALERT_COLUMNS)
     for t in transitions:
         values = {
+            **t.alert_row(),
             "schema_version": codec.SCHEMA_VERSION,
             "at": t.at,
             "time": t.at,
-            "transition": t.transition,
-            "key": t.key,
-            "rule": t.rule,
-            "severity": t.severity,
-            "group": t.group,
-            "labels_json": json.dumps(t.labels, sort_keys=True),
-            "summary": t.summary,
-            "started_at": t.started_at,
-            "fired_at": t.fired_at,
-            "resolved_at": t.resolved_at,
-            "peak_lag": t.peak_lag,
+            "transition": t.transition.value,
             "details_json": json.dumps(t.details, sort_keys=True, default=str),
             "config_hash": digest,
         }

@@ -1,2 +1,2 @@
-"""EDGE (the `lagwatch[spark]` extra): the data pipeline's Spark jobs. Imports pyspark lazily: the daemon never
+"""EDGE (the `spark` extra): the data pipeline's Spark jobs. Imports pyspark lazily: the daemon never
 needs a JVM."""

@@ -22,12 +22,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lagwatch.alerts import AlertState
 from lagwatch.errors import ConfigError, LagwatchError
+from lagwatch.pipeline.lake_read import ClusterParams, ParamsTimeline, check_lake, recorded_params
+from lagwatch.pipeline.times import iso, range_text, time_arg
 
 if TYPE_CHECKING:
     from lagwatch.lake.codec import ReplayPoll
@@ -68,19 +70,6 @@ class Candidate:
     alerts: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True)
-class ClusterParams:
-    max_gap_s: float
-    read_committed: bool
-    rules: Mapping[str, Any] | None  # as recorded
-    alerts: Mapping[str, Any] | None
-    recorded_at: float = -math.inf  # when a daemon start recorded it: in force from then to the next one
-
-
-# A cluster's recorded configurations, oldest first: each daemon start that recorded one.
-ParamsTimeline = Sequence[ClusterParams]
-
-
 # -- the replay (runs on the executors; core only) ------------------------------------------------------------------
 
 
@@ -91,15 +80,13 @@ class Replayer:
     def __init__(self, cluster: str, candidate: Candidate, timeline: ParamsTimeline) -> None:
         from lagwatch.alerts import AlertBook
         from lagwatch.alerts.transitions import TransitionTracker
-        from lagwatch.history import ClusterHistory
         from lagwatch.step import ClusterPipeline
 
         self.candidate = candidate
         self.timeline = timeline
         self.book = AlertBook(self._alerts_config(timeline[0]))
         self.book.load_config_silences()
-        history = ClusterHistory(cluster, max_gap_s=timeline[0].max_gap_s)
-        self.pipeline = ClusterPipeline(cluster, history, self._resolver(timeline[0]), self.book)
+        self.pipeline = ClusterPipeline.build(cluster, self._resolver(timeline[0]), self.book)
         self._apply(timeline[0])
         self._next = 1
         self.tracker = TransitionTracker(cluster)
@@ -124,24 +111,28 @@ class Replayer:
         """The configuration in force from `params.recorded_at` on, as a daemon restarted with it takes it up: its
         history and alerts go on, judged by the new rules and lifecycle (`recorded` replayed the whole range under
         the last configuration recorded: a threshold raised later moved every earlier alert)."""
-        from lagwatch.history import polls_to_keep
         from lagwatch.history.store import MAX_SAMPLES
 
-        history = self.pipeline.history
-        history.max_gap_s = params.max_gap_s
-        self.pipeline.use_last_stable = params.read_committed
-        if params is not self.timeline[0]:
-            resolver = self.pipeline.resolver = self._resolver(params)
+        first = params is self.timeline[0]
+        resolver = self.pipeline.resolver if first else self._resolver(params)
+        if not first:
             self.book.config = self._alerts_config(params)
             self.book._group_keys.clear()  # group_by may have changed
             self.book.load_config_silences()
-            # As Daemon._load_alerts: labels the new configuration gives otherwise end, and their incidents go on.
+            # As a restart does (lagwatch.alerts.restart): labels the new configuration gives otherwise end, and
+            # their incidents go on.
             self.book.relabel(lambda a: resolver.labels(a.cluster, a.group, a.labels.get("topic")), now)
-        # The poll interval is not recorded; max_gap_s is twice it plus the request timeout, so a quarter of it is
-        # shorter than the interval: the rings then keep at least the polls the daemon kept (more is harmless).
-        longest = self.pipeline.resolver.config.longest_history_s()
-        kept = history.keep if params is not self.timeline[0] else 0  # a later one only lengthens the rings
-        history.keep = max(kept, MAX_SAMPLES, polls_to_keep(longest, max(1.0, params.max_gap_s / 4)))
+        # The daemon's own sizing, from the poll interval the lake recorded. A lake written before it was read back:
+        # max_gap_s is twice the interval plus the request timeout, so a quarter of it is shorter than the interval,
+        # and the rings keep at least the polls the daemon kept (more is harmless).
+        interval = params.poll_interval_s or max(1.0, params.max_gap_s / 4)
+        self.pipeline.configure(
+            resolver,
+            poll_interval_s=interval,
+            max_gap_s=params.max_gap_s,
+            read_committed=params.read_committed,
+            keep_at_least=MAX_SAMPLES if first else max(MAX_SAMPLES, self.pipeline.history.keep),
+        )
 
     @classmethod
     def of(cls, cluster: str, candidate: Candidate, params: ClusterParams | ParamsTimeline) -> Replayer | None:
@@ -168,25 +159,18 @@ class Replayer:
             self._next += 1
         evaluation = self.pipeline.step(snapshot, poll.records, poll.records_caught_up)
         for t in self.tracker.observe(self.book, evaluation.now):
-            if t.transition == "firing":
+            if t.transition == AlertState.FIRING:
                 self.open_alerts[t.key] = {
                     **base,
                     "kind": "alert",
-                    "key": t.key,
-                    "rule": t.rule,
-                    "severity": t.severity,
-                    "group": t.group,
-                    "labels_json": json.dumps(t.labels, sort_keys=True),
-                    "summary": t.summary,
-                    "started_at": t.started_at,
-                    "fired_at": t.fired_at,
+                    **t.alert_row(),
                     "condition_to_alert_s": t.fired_at - t.started_at,
                 }
             else:
                 row = self.open_alerts.pop(t.key, None)
                 if row is not None:
                     out.append(
-                        {**row, "resolved_at": t.resolved_at, "peak_lag": t.peak_lag, "max_severity": t.severity}
+                        {**row, "resolved_at": t.resolved_at, "peak_lag": t.peak_lag, "max_severity": t.severity.value}
                     )
         for n in self.pipeline.due(snapshot.taken_at):
             out.append(
@@ -210,7 +194,7 @@ class Replayer:
         for key, row in self.open_alerts.items():
             seen = self.tracker.firing.get(key)
             out.append(
-                {**row, "peak_lag": seen.peak_lag if seen else None, "max_severity": seen.worst if seen else None}
+                {**row, "peak_lag": seen.peak_lag if seen else None, "max_severity": seen.worst.value if seen else None}
             )
         self.open_alerts = {}
         return out
@@ -377,21 +361,6 @@ def _say(message: str) -> None:
     print(f"backtest: {message}", file=sys.stderr, flush=True)
 
 
-def _time_arg(value: str) -> float:
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO time (e.g. 2026-11-01 or 2026-11-01T12:00:00Z): {value!r}"
-        ) from None
-    t = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-    try:
-        datetime.fromtimestamp(t, UTC)  # the lake's date partitions need a date of years 1 to 9999 in UTC
-    except (OverflowError, ValueError):
-        raise argparse.ArgumentTypeError(f"out of range: {value!r}") from None
-    return t
-
-
 def load_candidate(path: str) -> Candidate:
     """A YAML file with `rules:` and/or `alerts:` (a whole lagwatch config works; other sections are ignored), or
     `recorded`. Invalid: BacktestError naming the file and the field."""
@@ -433,26 +402,6 @@ def _valid(model: Any, data: Any) -> bool:
         return False
 
 
-def _check_lake(path: str) -> str:
-    """The lake's snapshots directory, as Spark reads it; BacktestError when it is not there."""
-    from lagwatch.lake.writer import open_filesystem
-
-    try:
-        from pyarrow import fs
-    except ImportError:
-        raise BacktestError("the backtest needs the spark extra: pip install 'lagwatch[spark]'") from None
-    try:
-        filesystem, root = open_filesystem(path)
-        info = filesystem.get_file_info(f"{root}/snapshots")
-    except Exception as e:
-        raise BacktestError(f"--lake {path}: cannot open it: {str(e).splitlines()[0]}") from None
-    if info.type != fs.FileType.Directory:
-        raise BacktestError(f"--lake {path}: no lake there (no snapshots/ directory)")
-    from lagwatch.pipeline.lake_read import spark_uri
-
-    return spark_uri(path) if "://" in path else os.path.abspath(path)  # as Spark names it (s3:// is s3a://)
-
-
 # What a backtest writes in its output directory; anything else there is not its own to replace.
 _OUTPUT_ENTRIES = ("_SUCCESS", "._SUCCESS.crc")
 
@@ -485,35 +434,6 @@ def _check_output(output: str, lake: str) -> None:
             )
 
 
-def _params(spark: Any, lake: str, until: float | None) -> dict[str, list[ClusterParams]]:
-    """Per cluster, every configuration recorded (before `until`), oldest first: each is in force from its daemon
-    start to the next (the replay switches at those times, as the daemon did)."""
-    from pyspark.sql import functions as F
-
-    from lagwatch.pipeline.lake_read import read_config
-
-    try:  # the declared schema: `cluster=123` is a name, whatever the session infers
-        df = read_config(spark, lake)
-    except Exception:  # no config dataset: a lake written by hand, or without a daemon start
-        return {}
-    if until is not None:
-        df = df.where(F.col("recorded_at") <= until)
-    out: dict[str, list[ClusterParams]] = {}
-    for r in df.orderBy("recorded_at").collect():
-        params = ClusterParams(
-            float(r["max_gap_s"]),
-            bool(r["read_committed"]),
-            json.loads(r["rules_json"]),
-            json.loads(r["alerts_json"]),
-            float(r["recorded_at"]),
-        )
-        timeline = out.setdefault(r["cluster"], [])
-        if timeline and replace(timeline[-1], recorded_at=params.recorded_at) == params:
-            continue  # a restart with the same configuration: nothing changes
-        timeline.append(params)
-    return out
-
-
 def run_backtest(
     lake: str,
     configs: Sequence[str],
@@ -530,7 +450,7 @@ def run_backtest(
         raise BacktestError(f"--config: two candidates named alike ({', '.join(names)}): rename a file")
     if since is not None and until is not None and since >= until:
         raise BacktestError("--since must be before --until")
-    lake_path = _check_lake(lake)
+    lake_path = check_lake(lake, "backtest", BacktestError)
     _check_output(output, lake_path)
     if spark is None:
         from lagwatch.pipeline.session import spark_session
@@ -547,10 +467,10 @@ def run_backtest(
     _say(f"reading {lake_path}")
     counts = polls_per_cluster(df)
     if not counts:
-        raise BacktestError(f"no snapshots in {lake} {_range_text(since, until)}")
+        raise BacktestError(f"no snapshots in {lake} {range_text(since, until)}")
     for r in counts:
-        _say(f"cluster {r['cluster']}: {r['polls']} polls, {_iso(r['first'])} .. {_iso(r['last'])}")
-    params = _params(spark, lake_path, until)
+        _say(f"cluster {r['cluster']}: {r['polls']} polls, {iso(r['first'])} .. {iso(r['last'])}")
+    params = recorded_params(spark, lake_path, until)
     if any(c.rules is None for c in candidates):
         missing = [r["cluster"] for r in counts if r["cluster"] not in params]
         if missing:
@@ -567,16 +487,6 @@ def run_backtest(
     _say(f"wrote {output} ({len(pdf)} rows) in {time.monotonic() - started:.1f} s")
     print(summary(pdf, names))
     return pdf
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _range_text(since: float | None, until: float | None) -> str:
-    if since is None and until is None:
-        return "(the lake is empty)"
-    return f"between {_iso(since) if since else 'the start'} and {_iso(until) if until else 'the end'}"
 
 
 def summary(pdf: Any, names: Sequence[str]) -> str:
@@ -638,8 +548,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a candidate config (rules: and alerts:); repeat to compare; 'recorded' (default) is what the daemon ran",
     )
-    parser.add_argument("--since", type=_time_arg, help="ISO time or date, UTC unless it says (default: the start)")
-    parser.add_argument("--until", type=_time_arg, help="ISO time or date, exclusive (default: the end)")
+    parser.add_argument("--since", type=time_arg, help="ISO time or date, UTC unless it says (default: the start)")
+    parser.add_argument("--until", type=time_arg, help="ISO time or date, exclusive (default: the end)")
     parser.add_argument("--output", default="backtest-out", help="Parquet output directory (replaced)")
     parser.add_argument("--master", default=None, help="Spark master (default: local[2]; spark-submit's own)")
 

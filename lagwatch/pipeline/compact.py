@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lagwatch.errors import LagwatchError
+from lagwatch.errors import SPARK_EXTRA, LagwatchError
 
 DATASETS = ("snapshots", "alerts", "config")  # lagwatch.lake.writer.DATASETS (not imported: it needs pyarrow)
 COMPACT_PREFIX = "part-compact-"
@@ -122,7 +122,7 @@ def _open_lake(lake: str, datasets: Sequence[str]) -> tuple[Any, str]:
     try:
         from pyarrow import fs
     except ImportError:
-        raise CompactError("compact needs the spark extra's pyarrow: pip install 'lagwatch[spark]'") from None
+        raise CompactError(f"compact needs pyarrow, of {SPARK_EXTRA}") from None
     from lagwatch.lake.writer import open_filesystem
 
     try:

@@ -44,7 +44,7 @@ JOBS: dict[str, tuple[str, str]] = {
 
 
 def add_pipeline_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pipeline = sub.add_parser("pipeline", help="the data pipeline's Spark jobs (needs lagwatch[spark] and Java 17)")
+    pipeline = sub.add_parser("pipeline", help="the data pipeline's Spark jobs (needs the spark extra and Java 17)")
     jobs = pipeline.add_subparsers(required=True, metavar="JOB")
     for name, (module_name, help_text) in JOBS.items():
         module = importlib.import_module(module_name)

@@ -7,10 +7,79 @@ alike (a column a file lacks reads as null) and keeps the partition keys strings
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from lagwatch.errors import SPARK_EXTRA, LagwatchError
 from lagwatch.lake.codec import date_of
+
+
+@dataclass(frozen=True)
+class ClusterParams:
+    """A configuration a daemon start recorded for one cluster, as a replay takes it up."""
+
+    max_gap_s: float
+    read_committed: bool
+    rules: Mapping[str, Any] | None  # as recorded
+    alerts: Mapping[str, Any] | None
+    recorded_at: float = -math.inf  # when a daemon start recorded it: in force from then to the next one
+    poll_interval_s: float | None = None  # None in a lake written before it was read back (then max_gap_s / 4)
+
+
+# A cluster's recorded configurations, oldest first: each daemon start that recorded one.
+ParamsTimeline = Sequence[ClusterParams]
+
+
+def check_lake(path: str, job: str, error: type[LagwatchError] = LagwatchError) -> str:
+    """The lake's path as Spark names it (s3:// is s3a://); `error` (one line) when there is no lake there, or
+    without the spark extra, which `job` needs."""
+    from lagwatch.lake.writer import open_filesystem
+
+    try:
+        from pyarrow import fs
+    except ImportError:
+        raise error(f"the {job} needs {SPARK_EXTRA}") from None
+    try:
+        filesystem, root = open_filesystem(path)
+        info = filesystem.get_file_info(f"{root}/snapshots")
+    except Exception as e:
+        raise error(f"--lake {path}: cannot open it: {str(e).splitlines()[0]}") from None
+    if info.type != fs.FileType.Directory:
+        raise error(f"--lake {path}: no lake there (no snapshots/ directory)")
+    return spark_uri(path) if "://" in path else os.path.abspath(path)
+
+
+def recorded_params(spark: Any, lake: str, until: float | None) -> dict[str, list[ClusterParams]]:
+    """Per cluster, every configuration recorded (before `until`), oldest first: each is in force from its daemon
+    start to the next (a replay switches at those times, as the daemon did)."""
+    from pyspark.sql import functions as F
+
+    try:  # the declared schema: `cluster=123` is a name, whatever the session infers
+        df = read_config(spark, lake)
+    except Exception:  # no config dataset: a lake written by hand, or without a daemon start
+        return {}
+    if until is not None:
+        df = df.where(F.col("recorded_at") <= until)
+    out: dict[str, list[ClusterParams]] = {}
+    for r in df.orderBy("recorded_at").collect():
+        params = ClusterParams(
+            float(r["max_gap_s"]),
+            bool(r["read_committed"]),
+            json.loads(r["rules_json"]),
+            json.loads(r["alerts_json"]),
+            float(r["recorded_at"]),
+            float(r["poll_interval_s"]) if r["poll_interval_s"] is not None else None,
+        )
+        timeline = out.setdefault(r["cluster"], [])
+        if timeline and replace(timeline[-1], recorded_at=params.recorded_at) == params:
+            continue  # a restart with the same configuration: nothing changes
+        timeline.append(params)
+    return out
+
 
 _SPARK_TYPES = {
     "int16": "smallint",

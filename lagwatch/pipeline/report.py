@@ -39,6 +39,9 @@ from typing import Any
 
 from lagwatch.errors import LagwatchError
 from lagwatch.escape import slack_code, slack_text
+from lagwatch.pipeline.lake_read import check_lake, recorded_params
+from lagwatch.pipeline.thresholds import lag_thresholds
+from lagwatch.pipeline.times import iso, range_text, time_arg
 
 PERCENTILES = (0.5, 0.95, 0.99)
 DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the expiry rule's warning point (75%)
@@ -53,16 +56,6 @@ class ReportError(LagwatchError):
 
 
 @dataclass(frozen=True)
-class LagThresholds:
-    """The lag rule of one group-topic, as the rules engine resolves it (None: not set / rule disabled)."""
-
-    warning_offsets: int | None
-    warning_seconds: float | None
-    critical_offsets: int | None
-    critical_seconds: float | None
-
-
-@dataclass(frozen=True)
 class Report:
     """The job's result, as pandas DataFrames (also written under the output directory)."""
 
@@ -72,20 +65,6 @@ class Report:
     expiry_near_misses: Any
     html_path: str
     title: str
-
-
-def _lag_thresholds(resolver: Any, cluster: str, group: str, topic: str) -> LagThresholds:
-    rule = resolver.resolve(cluster, group, topic)[0].lag
-    if not rule.enabled:
-        return LagThresholds(None, None, None, None)
-    return LagThresholds(rule.warning.offsets, rule.warning.seconds, rule.critical.offsets, rule.critical.seconds)
-
-
-def thresholds_of(rules: Mapping[str, Any], cluster: str, group: str, topic: str) -> LagThresholds:
-    """The lag rule's thresholds for one group-topic: the daemon's own RuleResolver, overrides and all."""
-    from lagwatch.rules import RuleResolver, RulesConfig
-
-    return _lag_thresholds(RuleResolver(RulesConfig.model_validate(rules)), cluster, group, topic)
 
 
 # -- the Spark part -------------------------------------------------------------------------------------------------
@@ -112,7 +91,7 @@ def _threshold_frame(spark: Any, keys: list[Any], rules_of: Mapping[str, RulesTi
         ends = [start for start, _ in timeline[1:]] + [math.inf]
         for i, ((start, resolver), end) in enumerate(zip(timeline, ends, strict=True)):
             assert resolver is not None
-            t = _lag_thresholds(resolver, k["cluster"], k["group"], k["topic"])
+            t = lag_thresholds(resolver, k["cluster"], k["group"], k["topic"])
             figures = (t.warning_offsets, t.warning_seconds, t.critical_offsets, t.critical_seconds)
             # The first configuration also covers the polls before it was recorded.
             rows.append((k["cluster"], k["group"], k["topic"], -math.inf if i == 0 else start, end, *figures))
@@ -345,11 +324,9 @@ def _rules_of(
     """Per cluster, the rules the thresholds come from: --config's for every cluster, or the recorded ones, each
     from its daemon start on (the last one recorded was applied to the whole range: a threshold raised later
     hid every earlier incident)."""
-    from lagwatch.pipeline.backtest import _params
-
     if rules is not None:
         return {c: [(-math.inf, rules)] for c in clusters}
-    recorded = _params(spark, lake, until)
+    recorded = recorded_params(spark, lake, until)
     missing = [c for c in clusters if c not in recorded]
     if missing:
         raise ReportError(f"no recorded configuration for cluster(s) {', '.join(missing)}: pass --config FILE")
@@ -369,15 +346,13 @@ def run_report(
     master: str | None = None,
 ) -> Report:
     """The whole job. Every input is checked before Spark starts (a JVM takes seconds to come up)."""
-    from lagwatch.pipeline.backtest import _check_lake
-
     started = time.monotonic()
     if since is not None and until is not None and since >= until:
         raise ReportError("--since must be before --until")
     if not (0 < expiry_margin_s < math.inf) or worst < 1 or plotted_groups < 0:
         raise ReportError("--expiry-margin-hours and --worst must be positive, --plot-groups not negative")
     rules = _config_rules(config)
-    lake_path = _check_lake(lake)
+    lake_path = check_lake(lake, "report", ReportError)
 
     def job(target: str) -> Report:
         try:
@@ -436,8 +411,6 @@ def _report_on_spark(
     master: str | None,
 ) -> Report:
     """The job proper: the Parquet tables and report.html under `staging`, named as they will be under `output`."""
-    from lagwatch.pipeline.backtest import _range_text
-
     if spark is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
         from pyspark.sql import SparkSession
 
@@ -453,9 +426,9 @@ def _report_on_spark(
     _say(f"reading {lake_path}")
     counts = polls_per_cluster(read_snapshots(spark, lake_path, since, until))
     if not counts:
-        raise ReportError(f"no snapshots in {lake} {_range_text(since, until)}")
+        raise ReportError(f"no snapshots in {lake} {range_text(since, until)}")
     for r in counts:
-        _say(f"cluster {r['cluster']}: {r['polls']} polls, {_iso(r['first'])} .. {_iso(r['last'])}")
+        _say(f"cluster {r['cluster']}: {r['polls']} polls, {iso(r['first'])} .. {iso(r['last'])}")
     rules_of = _rules_of(spark, lake_path, [r["cluster"] for r in counts], rules, until)
     frames = compute(spark, lake_path, rules_of, since, until, expiry_margin_s, worst)
     out: dict[str, Any] = {}
@@ -476,7 +449,7 @@ def _report_on_spark(
     frames["group_polls"].unpersist()
     from lagwatch.pipeline.report_html import render
 
-    title = f"lagwatch lag report, {_iso(counts[0]['first'])[:10]} .. {_iso(max(r['last'] for r in counts))[:10]}"
+    title = f"lagwatch lag report, {iso(counts[0]['first'])[:10]} .. {iso(max(r['last'] for r in counts))[:10]}"
     page = render(
         out["group_daily"],
         out["worst_partitions"],
@@ -527,10 +500,6 @@ def _write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def summary(report: Report) -> str:
     daily, incidents = report.group_daily, report.incidents
     lines = ["", "== report =="]
@@ -576,9 +545,7 @@ def digest(report: Report, title: str, limit: int = 5) -> list[str]:
         lines.append("*Longest incidents*")
         for r in incidents.sort_values("duration_s", ascending=False, na_position="first").head(limit).itertuples():
             lasted = "ongoing" if r.ongoing else f"lasted {_hours(r.duration_s)}, caught up in {_hours(r.catch_up_s)}"
-            lines.append(
-                f"• {name(r.cluster, r.group)} from {_iso(r.started_at)}: peak lag {r.peak_lag:,.0f}, {lasted}"
-            )
+            lines.append(f"• {name(r.cluster, r.group)} from {iso(r.started_at)}: peak lag {r.peak_lag:,.0f}, {lasted}")
     for r in misses.sort_values("min_time_to_expiry_s").head(limit).itertuples():
         if r.min_time_to_expiry_s <= 0:  # the expiry time passed while lagwatch watched: the offsets may be gone
             lines.append(f"• {name(r.cluster, r.group)} reached its offsets' expiry time on {r.date}")
@@ -617,12 +584,10 @@ def _digest_notifier(config: str | None, name: str) -> Any:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from lagwatch.pipeline.backtest import _time_arg
-
     parser.add_argument("--lake", help="the lake's path or URI (default: --config's lake.path, else ./lake)")
     parser.add_argument("--out", help="output directory: Parquet tables and report.html (default: LAKE/reports/DAY)")
-    parser.add_argument("--since", type=_time_arg, help="ISO time or date, UTC unless it says (default: the start)")
-    parser.add_argument("--until", type=_time_arg, help="ISO time or date, exclusive (default: the end)")
+    parser.add_argument("--since", type=time_arg, help="ISO time or date, UTC unless it says (default: the start)")
+    parser.add_argument("--until", type=time_arg, help="ISO time or date, exclusive (default: the end)")
     parser.add_argument(
         "--last-days",
         type=int,

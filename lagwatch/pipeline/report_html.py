@@ -155,7 +155,7 @@ def _lag_over_time(
     import matplotlib.pyplot as plt
     import pandas as pd  # type: ignore[import-untyped]
 
-    from lagwatch.pipeline.report import thresholds_of
+    from lagwatch.pipeline.thresholds import thresholds_of
 
     columns = 3 if len(chosen) > 4 else max(1, min(2, len(chosen)))
     rows = math.ceil(len(chosen) / columns)

@@ -1,0 +1,165 @@
+"""The alert side's seams on their own: typed records, restart semantics, routing of receivers, the lake's install."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lagwatch.alerts import (
+    AlertBook,
+    AlertRecord,
+    AlertsConfig,
+    AlertState,
+    Notification,
+    NotificationKind,
+    Receiver,
+    Severity,
+    restart,
+)
+from lagwatch.config import load_settings
+from lagwatch.errors import ConfigError
+from lagwatch.model import Finding
+from lagwatch.notify import LogNotifier, receivers_of
+from lagwatch.notify.outbox import Outbox
+from lagwatch.notify.settings import Route, WebhookConfig
+from lagwatch.notify.webhook import WebhookNotifier
+
+NOW = 1_000.0
+
+
+def finding(group: str, severity: Severity = Severity.WARNING, cluster: str = "c", **labels: str) -> Finding:
+    all_labels = {"cluster": cluster, "group": group, **labels}
+    return Finding("lag", severity, cluster, group, all_labels, f"{group} lags", {"lag": 10})
+
+
+def fired_book(*groups: str, cluster: str = "c") -> tuple[AlertBook, list[Notification]]:
+    book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0))
+    book.apply(cluster, [finding(g, cluster=cluster) for g in groups], frozenset(), NOW)
+    return book, book.due(NOW)
+
+
+def saved(book: AlertBook) -> dict[str, Any]:
+    """The book as the state database gives it back: rows of plain JSON."""
+    return json.loads(
+        json.dumps(
+            {
+                "sequence": book.sequence,
+                "alerts": [vars(a) for a in book.alerts.values()],
+                "groups": [vars(g) for g in book.groups.values()],
+                "storms": [vars(s) for s in book.storms.values()],
+                "silences": [vars(s) for s in book.silences if s.created_by != "config"],
+            }
+        )
+    )
+
+
+def restore(book: AlertBook, **kwargs: Any) -> restart.Restored:
+    args: dict[str, Any] = {
+        "now": NOW + 60,
+        "lost_state": False,
+        "unread_queued": [],
+        "labels_of": lambda a: (a.labels, "|" + "|".join(f"{k}={v}" for k, v in sorted(a.labels.items()))),
+        "clusters": ["c"],
+        **kwargs,
+    }
+    return restart.restore(book.config, saved(book), book.receivers, **args)
+
+
+def test_a_notification_round_trips_through_its_json_as_typed_records() -> None:
+    _, (n,) = fired_book("g")
+    raw = json.loads(json.dumps(n.to_json()))
+    assert raw["alerts"][0]["first_told"] is True and "muted" not in raw["alerts"][0]  # only what says something
+    back = Notification.from_json(raw)
+    assert back == n
+    assert back.kind is NotificationKind.FIRING and back.alerts[0].state is AlertState.FIRING
+    assert back.alerts[0].severity is Severity.WARNING and back.severity is Severity.WARNING
+
+
+def test_a_queued_row_with_an_unknown_severity_is_set_aside_not_delivered() -> None:
+    _, (n,) = fired_book("g")
+    good = n.to_json()
+    bad = {**good, "id": "x", "alerts": [{**good["alerts"][0], "severity": "apocalyptic"}]}
+    odd: list[tuple[str, str, Any]] = []
+    outbox = Outbox.from_json(
+        {"deliveries": [{"notification": good, "notifier": "log"}, {"notification": bad, "notifier": "log"}]}, odd
+    )
+    assert [d.notification.id for d in outbox.deliveries] == [n.id]
+    assert len(odd) == 1 and "apocalyptic" in odd[0][1]
+
+
+def test_restore_keeps_firing_alerts_and_what_each_receiver_was_told() -> None:
+    book, _ = fired_book("g")
+    restored = restore(book)
+    again = restored.book
+    assert [(a.key, a.state) for a in again.alerts.values()] == [(k, AlertState.FIRING) for k in book.alerts]
+    assert again.groups.keys() == book.groups.keys() and restored.rejected == []
+    assert again.due(NOW + 60) == []  # nothing new: not announced again
+
+
+def test_restore_from_an_older_state_moves_notification_ids_past_the_clock() -> None:
+    book, _ = fired_book("g")
+    assert book.sequence == 1
+    assert restore(book, lost_state=True).book.sequence == int(NOW + 60)
+    assert restore(book, lost_state=False).book.sequence == 1
+
+
+def test_alerts_of_a_cluster_no_longer_configured_resolve_and_their_end_is_told() -> None:
+    book, _ = fired_book("g", cluster="gone")
+    restored = restore(book, clusters=["c"])
+    assert restored.resolved_clusters == {"gone": 1}
+    (n,) = restored.book.due(NOW + 60)
+    assert n.kind is NotificationKind.RESOLVED and n.alerts[0].state is AlertState.RESOLVED
+
+
+def test_alerts_under_labels_the_configuration_now_gives_otherwise_go_on_and_the_old_ones_end() -> None:
+    book, _ = fired_book("g")
+    restored = restore(book, labels_of=lambda a: ({**a.labels, "team": "a"}, "|new"))
+    assert restored.relabelled == 1
+    states = {k: a.state for k, a in restored.book.alerts.items()}
+    assert states == {next(iter(book.alerts)): AlertState.RESOLVED, "lag|new": AlertState.FIRING}
+
+
+def test_a_queued_notification_whose_row_is_unreadable_takes_back_what_it_told() -> None:
+    book, (n,) = fired_book("g")
+    raw = n.to_json()
+    row = {"notification": {**raw, "kind": 7}, "notifier": "default"}  # the row no longer loads
+    unread = restart.unread_queued(row)
+    assert unread is not None
+    restored = restore(book, unread_queued=[unread])
+    # The receiver never got the firing: it is announced again (after group_interval, 0 here).
+    (again,) = restored.book.due(NOW + 60)
+    assert again.kind is NotificationKind.FIRING
+    assert restart.unread_queued({"notification": {"alerts": []}, "notifier": "x"}) is None
+
+
+def test_an_alertmanager_webhook_gets_every_group_and_routes_keep_their_severity() -> None:
+    hook = WebhookNotifier("webhook:am", WebhookConfig(url="http://127.0.0.1:9/", format="alertmanager"))
+    plain = WebhookNotifier("webhook:plain", WebhookConfig(url="http://127.0.0.1:9/"))
+    receivers = receivers_of(
+        {"webhook:am": hook, "webhook:plain": plain, "log": LogNotifier()},
+        {"log": Route(min_severity="critical", matchers={"team": "a"})},
+    )
+    assert receivers == (
+        Receiver("webhook:am", storms=False),
+        Receiver("webhook:plain"),
+        Receiver("log", Severity.CRITICAL, (("team", "a"),)),
+    )
+
+
+def test_a_record_of_the_book_alert_is_a_frozen_copy() -> None:
+    book, _ = fired_book("g")
+    alert = next(iter(book.alerts.values()))
+    record = AlertRecord.of(alert)
+    alert.labels["team"] = "changed"
+    assert "team" not in record.labels
+    with pytest.raises(AttributeError):
+        record.severity = Severity.CRITICAL  # type: ignore[misc]
+
+
+def test_the_lake_without_pyarrow_is_a_config_error_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("lagwatch.lake.settings.lake_installed", lambda: False)
+    with pytest.raises(ConfigError, match=r"lake\.enabled: .*pyarrow.*pip install '\.\[spark\]'"):
+        load_settings(lake={"enabled": True})
+    assert not load_settings(lake={"enabled": False}).lake.enabled
