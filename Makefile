@@ -13,19 +13,22 @@ OLDER_KAFKA := 4.1.2:tests/test_kip848_kafka.py 3.9.2:
 
 # Java 17 and Maven run the local Kafka broker; the tests scrape lagwatch with Debian's Prometheus.
 # Installed from Debian's packages when missing.
-SYSTEM_PACKAGES := $(if $(shell command -v java),,openjdk-17-jre-headless) $(if $(shell command -v mvn),,maven)
+SYSTEM_PACKAGES := $(if $(shell command -v java),,openjdk-17-jre-headless) $(if $(shell command -v mvn),,maven) \
+  $(if $(shell python3 -c 'import ensurepip' 2>/dev/null && echo ok),,python3-venv)
+# apt-get needs root: through sudo when `make` runs as another user.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Headless Chromium opens the Spark report's HTML page in the tests, as a person would.
 TEST_PACKAGES := $(if $(shell command -v prometheus),,prometheus) $(if $(shell command -v chromium),,chromium)
 
 system-deps:
 	@if [ -n "$(strip $(SYSTEM_PACKAGES))" ]; then \
 	  echo "installing from Debian: $(SYSTEM_PACKAGES)"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); fi
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(SYSTEM_PACKAGES); fi
 
 test-deps: system-deps
 	@if [ -n "$(strip $(TEST_PACKAGES))" ]; then \
 	  echo "installing from Debian: $(TEST_PACKAGES)"; \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_PACKAGES); fi
+	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_PACKAGES); fi
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -55,6 +58,12 @@ lint-deploy: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check grafana deploy
 	$(VENV)/bin/hadolint deploy/Dockerfile
 lint: lint-deploy
+
+# The documentation site (docs/pages, MkDocs Material), strict: a broken link or anchor fails the build.
+.PHONY: docs
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -f docs/mkdocs.yml
+lint: docs
 
 # Two workers, a test file whole on one (its module fixtures built once): most of the run waits on real-time
 # broker scenarios (an outage, offsets expiring), so two run at once. 15 min in one process, 9 in two (2 cores).

@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 
-from lagwatch.history.store import ExactClocks
+from lagwatch.history import ExactClocks
 from lagwatch.offsets_topic import Record, decode_record
 
 

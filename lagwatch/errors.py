@@ -22,6 +22,12 @@ class ConfigError(LagwatchError):
         super().__init__("; ".join(problems))
 
 
+class MissingExtraError(LagwatchError):
+    """A feature needs the `spark` extra, which is not installed: exit 2, as every pipeline job says it."""
+
+    exit_code = 2
+
+
 class ToolMissingError(LagwatchError):
     """A program lagwatch needs on this machine (java, mvn) is not installed."""
 

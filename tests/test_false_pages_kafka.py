@@ -507,7 +507,7 @@ def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_
             time.sleep(0.3)
         assert recorder.kinds(f"{prefix}-stuck") == [("firing", ("no_commit",))]
         (alert,) = recorder.sent[0].alerts
-        assert alert["labels"]["topic"] == topic and sorted(alert["details"]["partitions"]) == [0, 1]
+        assert alert.labels["topic"] == topic and sorted(alert.details["partitions"]) == [0, 1]
         stuck.poll(200)
         stuck.commit()
         wait_for(lambda: len(recorder.kinds(f"{prefix}-stuck")) == 2, timeout=20, what="the resolve")

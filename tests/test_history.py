@@ -133,7 +133,7 @@ def _records() -> Any:
 def test_compacted_records_leave_the_exact_clocks_as_the_whole_batch(before: list[Any], batch: list[Any]) -> None:
     """What the lake records between two polls (compact_records) replays to the same clocks as every record read,
     whatever the clocks held before: commits, Empty times, and what tombstones moved aside."""
-    from lagwatch.history.store import ExactClocks, compact_records
+    from lagwatch.history import ExactClocks, compact_records
 
     def clocks(records: list[Any]) -> tuple[Any, ...]:
         c = ExactClocks()

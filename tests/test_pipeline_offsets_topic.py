@@ -23,7 +23,7 @@ from kafka.structs import OffsetAndMetadata
 from lagwatch.collect.offsets_reader import OffsetsTopicReader
 from lagwatch.config import ClusterConfig
 from lagwatch.devbroker.jars import kafka_major
-from lagwatch.history.store import ExactClocks
+from lagwatch.history import ExactClocks
 from lagwatch.model import TopicPartition as LagwatchTopicPartition
 from lagwatch.offsets_topic import GroupTombstone, Record
 from tests.conftest import KAFKA_VERSION, run_lagwatch, unique, wait_for
@@ -333,7 +333,7 @@ def test_pyspark_missing(tmp_path: Path) -> None:
         str(tmp_path / "out"),
         env={"PYTHONPATH": str(tmp_path / "site")},
     )
-    assert_one_line(result, 1, "pip install '.[spark]'")
+    assert_one_line(result, 2, "pip install '.[spark]'")
 
 
 def test_spark_submit_module_has_the_same_errors(tmp_path: Path) -> None:

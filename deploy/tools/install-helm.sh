@@ -20,7 +20,8 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 if ! command -v go >/dev/null 2>&1; then
   echo "install-helm: installing Go from Debian (golang-go)" >&2
-  apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go >&2
+  sudo=$([ "$(id -u)" = 0 ] || echo sudo)  # apt-get needs root
+  $sudo apt-get update -q >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go >&2
 fi
 # Helm's go.mod may need a newer Go than the one installed: GOTOOLCHAIN=auto fetches that toolchain as a module.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"

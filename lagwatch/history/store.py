@@ -10,30 +10,46 @@ than `max_gap_s` between good polls: a restart of lagwatch, an outage, failed po
 the clock went back; or a group that could not be read).
 `evidence_since` is where the current unbroken stretch of observation began.
 
-Pure: every method takes `now` (or a snapshot carrying its time) and does no I/O.
+Pure: every method takes `now` (or a snapshot carrying its time) and does no I/O. What it keeps per group and
+partition is in tracks.py, the clocks read from `__consumer_offsets` in exact_clocks.py, the saved document in
+codec.py.
 """
 
 from __future__ import annotations
 
-import base64
 import math
-import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
+from lagwatch.history.codec import (
+    ArrayReader,
+    ArrayWriter,
+    HistoryCapture,
+    PartitionColumns,
+    clock_from_json,
+    track_from_json,
+    track_to_json,
+)
+from lagwatch.history.exact_clocks import ExactClocks
 from lagwatch.history.rings import NO_VALUE, NOT_SAMPLED, PollRing
 from lagwatch.history.timeline import LogEndTimeline
+from lagwatch.history.tracks import (
+    COMMIT_WAITS_KEPT,
+    LONGEST_WAIT_KEPT_S,
+    Clock,
+    GroupTrack,
+    PartitionProgress,
+    Sample,
+    Vanished,
+    stall_threshold,
+    trusted_cadence,
+)
 from lagwatch.model import ClusterSnapshot, GroupKind, GroupSnapshot, TopicPartition
 from lagwatch.offsets_topic import (
-    GroupMetadata,
-    GroupTombstone,
-    OffsetCommit,
-    OffsetTombstone,
     Record,
-    Undecodable,
 )
 
 HISTORY_SCHEMA_VERSION = 3  # 3: samples as per-poll rings (poll times per cluster, log ends per partition)
@@ -41,35 +57,7 @@ _NO_ENDS: array[int] = array("q")
 MAX_SAMPLES = 64  # polls of samples kept unless the daemon sizes them to its rules (polls_to_keep)
 MIN_SAMPLES = 8
 VANISHED_KEEP_S = 3600.0  # how long a vanished group or offset is remembered (to report it expired)
-COMMIT_WAITS_KEPT = 5  # a partition's latest waits for a commit with records waiting: its commit cadence
-COMMIT_WAITS_NEEDED = 3  # fewer, and the cadence is not known yet
-# A wait is learnt only after a run of commits a poll apart no longer than twice the window (a sink's second
-# commit after a flush, a batch consumer's burst), not after a long one (a busy consumer's hang: a stall, paged;
-# learnt, it hid the next ones). A cadence is not used once such a run has lasted this long (a former sink).
-SHORT_RUN_FORGETS_S = 3600.0
-# The longest wait learnt is remembered this long beside the latest ones: a sink that flushes by size or by time
-# flushes every 3 minutes by day and every 9 at night, and five short day waits made each night's first flush a
-# page. A day and an hour: the next night is covered.
-LONGEST_WAIT_KEPT_S = 25 * 3600.0
 DEFAULT_STALL_WINDOW_S = 300.0  # the stalled window when no rules are given (ClusterHistory.stall_window_of)
-# Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
-# twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
-LEARNING_S = 3600.0
-
-
-def stall_threshold(window: float, cadence: float | None, first_seen: float, now: float) -> float:
-    """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
-    the partition's own cadence where that is longer; twice the window while it is learnt in the group's first
-    hour. Used by the rule, and by the history to learn only waits that did not page (a hang that paged, learnt,
-    made the next ones go unpaged)."""
-    if cadence is not None:
-        return max(window, 2 * cadence)
-    return 2 * window if now - first_seen < LEARNING_S else window
-
-
-def trusted_cadence(cadence: float | None, window: float) -> float | None:
-    """A cadence longer than twice the window was never learnt (saved by an earlier build): not trusted."""
-    return None if cadence is not None and cadence > 2 * window else cadence
 
 
 def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
@@ -77,184 +65,6 @@ def polls_to_keep(longest_window_s: float, poll_interval_s: float) -> int:
     before it, plus one spare for a poll that came late). Fewer polls than that, and a window is never covered:
     its rule would never judge; more, and each group-partition holds 8 bytes a poll for nothing."""
     return max(MIN_SAMPLES, math.ceil(longest_window_s / poll_interval_s) + 2)
-
-
-class Sample(NamedTuple):
-    """One poll's view of a group-partition, built on demand for the window rules (a NamedTuple: built 2.7x faster
-    than a frozen dataclass, and a window of a busy group is thousands of them)."""
-
-    t: float
-    committed: int | None
-    log_end: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Clock:
-    """A moment lagwatch saw (`observed`), or the first time it looked (`observed=False`): the true moment may be
-    earlier. Rules that must warn early, never late, treat an unobserved clock as the earliest possible time."""
-
-    since: float
-    observed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Vanished:
-    """Committed offsets that disappeared although the group is still there (or its whole group vanished)."""
-
-    at: float
-    offsets: dict[TopicPartition, int]
-    group_gone: bool
-    # The clock each offset's expiry counted from when it vanished (None: unknown): expired, or deleted early?
-    clocks: dict[TopicPartition, Clock] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class PartitionProgress:
-    """A group-partition's committed offset at each poll that sampled it (times and log ends: ClusterHistory)."""
-
-    committed: PollRing = field(default_factory=PollRing)
-    last_commit_change: Clock | None = None
-    # How long records waited for this partition's commit, the last few times it took longer than a poll (a sink
-    # that flushes every 6 minutes): seconds from the first poll that saw records waiting to the poll that saw the
-    # commit, within unbroken observation, no longer than twice the window and not after a long run of commits a
-    # poll apart (a wait that long, or a busy consumer's hang, was a stall that paged: learnt, it made the next
-    # ones page later). Empty for a consumer that commits at every poll or as soon as a record comes: `stalled`
-    # then waits its window; else twice the longest of them.
-    waits: tuple[float, ...] = ()
-    waits_at: float | None = None  # when the last of them was learnt
-    longest_wait: float = 0.0  # the longest learnt within LONGEST_WAIT_KEPT_S (0: none)
-    longest_wait_at: float | None = None  # when it was learnt
-    # When the current run of commits a poll after the one before began (None: the last commit took longer).
-    short_since: float | None = None
-
-    @property
-    def commit_cadence(self) -> float | None:
-        """The longest of the latest waits (None: too few seen yet). The longest, not a middle one: on a quiet
-        topic the wait of each flush is anything from a poll to the flush interval, and `stalled` compares the
-        wait under way with it."""
-        waits = self.waits
-        return max(waits) if len(waits) >= COMMIT_WAITS_NEEDED else None
-
-    def cadence_at(self, now: float) -> float | None:
-        """commit_cadence, for paging, unless the partition has committed at every poll for SHORT_RUN_FORGETS_S
-        (a sink that became a consumer committing at every poll learns no new wait, and its old cadence held its
-        hangs back for good). Not aged by time alone: a sink's topic idle for a night keeps its cadence."""
-        cadence = self.commit_cadence
-        if cadence is None or (self.short_since is not None and now - self.short_since > SHORT_RUN_FORGETS_S):
-            return None
-        at = self.longest_wait_at
-        if at is not None and now - at < LONGEST_WAIT_KEPT_S and self.longest_wait > cadence:
-            return self.longest_wait  # a longer wait within the last day: a daily cycle's longest flush
-        return cadence
-
-    @property
-    def last_committed(self) -> int | None:
-        """The committed offset at the newest sample (None: no sample, or none committed then)."""
-        raw = self.committed.last
-        return None if raw <= NO_VALUE else raw
-
-
-@dataclass
-class GroupTrack:
-    kind: str
-    state: str
-    members: int
-    first_seen: float
-    empty_since: Clock | None = None
-    partitions: dict[TopicPartition, PartitionProgress] = field(default_factory=dict)
-    rewinds: dict[TopicPartition, tuple[float, int, int]] = field(default_factory=dict)  # at, from, to
-    vanished: Vanished | None = None
-    gone_since: float | None = None
-    evidence_since: float | None = None  # start of the unbroken stretch in which this group was read every poll
-    unreadable: bool = False  # the last poll could not read this group: the next one starts fresh evidence
-    last_empty_at: float | None = None  # the last poll that saw it Empty (a crash loop's members come and go)
-
-
-@dataclass
-class ExactClocks:
-    """Clocks read from `__consumer_offsets`: exact commit times and the moment each classic group became Empty.
-    `ready` once the reader has caught up with the topic's end (before that, absent entries mean "not read yet")."""
-
-    commits: dict[str, dict[TopicPartition, float]] = field(default_factory=dict)  # group -> tp -> commit time (s)
-    empty_since: dict[str, float] = field(default_factory=dict)  # classic groups written Empty, with the time
-    ready: bool = False
-    records: int = 0
-    undecodable: int = 0
-    removed_commits: dict[tuple[str, TopicPartition], float] = field(default_factory=dict)
-    removed_empty_since: dict[str, float] = field(default_factory=dict)
-    _interned: dict[tuple[str, int], TopicPartition] = field(default_factory=dict, repr=False)
-
-    def commit_time(self, group: str, tp: TopicPartition) -> float | None:
-        commits = self.commits.get(group)
-        at = commits.get(tp) if commits else None
-        return at if at is not None else self.removed_commits.get((group, tp))
-
-    def group_empty_since(self, group: str) -> float | None:
-        at = self.empty_since.get(group)
-        return at if at is not None else self.removed_empty_since.get(group)
-
-    def apply(self, record: Record, lead_s: float = 0.0) -> None:
-        """`lead_s`: how far the caller's clock runs ahead of the brokers' (lagwatch.clock, after a host clock
-        step back): the records' times are moved by it, to compare with `now` (an Empty time off by the lead paged
-        a healthy group's rolling restart as stopped)."""
-        self.records += 1
-        if isinstance(record, OffsetCommit):
-            key = (record.topic, record.partition)
-            tp = self._interned.get(key)
-            if tp is None:  # one TopicPartition per partition, shared by every group: memory at 1M entries
-                tp = self._interned[key] = TopicPartition(*key)
-            self.commits.setdefault(record.group, {})[tp] = record.commit_timestamp_ms / 1000 + lead_s
-        elif isinstance(record, OffsetTombstone):
-            commits = self.commits.get(record.group)
-            tp = TopicPartition(record.topic, record.partition)
-            if commits is not None and tp in commits:
-                # Kept until the next poll has seen the offset vanish: it tells an expiry from a deletion.
-                self.removed_commits[(record.group, tp)] = commits.pop(tp)
-                if not commits:
-                    del self.commits[record.group]
-        elif isinstance(record, GroupMetadata):
-            if record.state_is_empty and record.current_state_timestamp_ms is not None:
-                self.empty_since[record.group] = record.current_state_timestamp_ms / 1000 + lead_s
-            else:
-                self.empty_since.pop(record.group, None)
-        elif isinstance(record, GroupTombstone):
-            if record.group in self.empty_since:
-                self.removed_empty_since[record.group] = self.empty_since.pop(record.group)
-            for tp, at in self.commits.pop(record.group, {}).items():
-                self.removed_commits[(record.group, tp)] = at
-        elif isinstance(record, Undecodable):
-            self.undecodable += 1
-
-
-def compact_records(records: list[Record]) -> list[Record]:
-    """The records whose effect on ExactClocks survives the batch, in order: a commit or group metadata that a later
-    one of the same key overwrites, with no tombstone of that key or group in between to read it, is left out; so
-    are the kinds ExactClocks ignores but counts. Applying the result to any ExactClocks leaves the same commits,
-    empty_since and removed_* as applying `records`. What the lake records between two polls: a consumer commits
-    every few seconds, and the reader catches up on the whole topic at start."""
-    kept: list[Record] = []
-    later_commit: set[tuple[str, str, int]] = set()
-    later_metadata: set[str] = set()
-    for record in reversed(records):
-        if isinstance(record, OffsetCommit):
-            key = (record.group, record.topic, record.partition)
-            if key in later_commit:
-                continue
-            later_commit.add(key)
-        elif isinstance(record, GroupMetadata):
-            if record.group in later_metadata:
-                continue
-            later_metadata.add(record.group)
-        elif isinstance(record, OffsetTombstone):
-            later_commit.discard((record.group, record.topic, record.partition))  # it reads the commit before it
-        elif isinstance(record, GroupTombstone):
-            later_commit = {k for k in later_commit if k[0] != record.group}  # it reads all of the group's
-            later_metadata.discard(record.group)
-        else:
-            continue
-        kept.append(record)
-    kept.reverse()
-    return kept
 
 
 _UNASKED: Any = object()  # a partition whose log-end bounds were not asked yet at this poll
@@ -804,7 +614,7 @@ class ClusterHistory:
         The arrays are compressed straight from the history's own, a megabyte at a time (joined first, they were
         a transient copy of 18 MB at 100k group-partitions, the daemon's peak RSS); encoding and writing can
         then happen elsewhere."""
-        arrays = _ArrayWriter()
+        arrays = ArrayWriter()
         document = {
             "schema_version": HISTORY_SCHEMA_VERSION,
             "cluster": self.cluster,
@@ -820,7 +630,7 @@ class ClusterHistory:
                 [tp.topic, tp.partition, arrays.add(tl.times), arrays.add(tl.ends)] for tp, tl in self.timelines.items()
             ],
             "log_ends": [[tp.topic, tp.partition, r.first, arrays.add(r.values)] for tp, r in self.log_ends.items()],
-            "groups": {g: _track_to_json(t, arrays.columns) for g, t in self.groups.items()},
+            "groups": {g: track_to_json(t, arrays.columns) for g, t in self.groups.items()},
             "group_partitions": len(arrays.columns.partition),
             "byteorder": "little",
         }
@@ -844,7 +654,7 @@ class ClusterHistory:
         if version < 3:
             _read_v2(history, data)
             return history
-        arrays = _ArrayReader(data["arrays"], data["byteorder"])
+        arrays = ArrayReader(data["arrays"], data["byteorder"])
         history.poll_times_first = int(data["poll_times_first"])
         history.poll_times = array("d", (float(t) for t in data["poll_times"]))
         for topic, partition, n_times, n_ends in data["timelines"]:
@@ -853,129 +663,11 @@ class ClusterHistory:
             )
         for topic, partition, first, n in data["log_ends"]:
             history.log_ends[TopicPartition(topic, partition)] = PollRing(int(first), arrays.take("q", n))
-        columns = _PartitionColumns.read(arrays, int(data["group_partitions"]))
+        columns = PartitionColumns.read(arrays, int(data["group_partitions"]))
         for group_id, raw in data["groups"].items():
-            history.groups[group_id] = _track_from_json(raw, columns)
+            history.groups[group_id] = track_from_json(raw, columns)
         arrays.done()
         return history
-
-
-BIG_ENDIAN_HOST = array("H", [1]).tobytes()[0] == 0
-
-
-def _little_endian(values: array[Any]) -> array[Any]:
-    if not BIG_ENDIAN_HOST:
-        return values
-    swapped = array(values.typecode, values)
-    swapped.byteswap()
-    return swapped
-
-
-@dataclass(frozen=True)
-class HistoryCapture:
-    document: dict[str, Any]
-    arrays: bytes  # zlib-compressed
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.document, "arrays": base64.b64encode(self.arrays).decode("ascii")}
-
-
-@dataclass
-class _PartitionColumns:
-    """Every group-partition's scalars, one array per field across the cluster (a JSON list per group-partition
-    was most of a save at 100k of them); a group names only its topics, with how many partitions each."""
-
-    partition: array[int] = field(default_factory=lambda: array("q"))
-    ring_first: array[int] = field(default_factory=lambda: array("q"))
-    ring_length: array[int] = field(default_factory=lambda: array("q"))
-    commit_since: array[float] = field(default_factory=lambda: array("d"))
-    commit_observed: array[int] = field(default_factory=lambda: array("b"))  # -1: no clock
-    rings: list[array[int]] = field(default_factory=list)
-    read_at: int = 0
-
-    def add(self, tp: TopicPartition, p: PartitionProgress) -> None:
-        self.partition.append(tp.partition)
-        self.ring_first.append(p.committed.first)
-        self.ring_length.append(len(p.committed.values))
-        clock = p.last_commit_change
-        self.commit_since.append(clock.since if clock else 0.0)
-        self.commit_observed.append(-1 if clock is None else int(clock.observed))
-        self.rings.append(p.committed.values)
-
-    def fields(self) -> list[array[Any]]:
-        return [self.partition, self.ring_first, self.ring_length, self.commit_since, self.commit_observed]
-
-    @classmethod
-    def read(cls, arrays: _ArrayReader, n: int) -> _PartitionColumns:
-        columns = cls(
-            partition=arrays.take("q", n),
-            ring_first=arrays.take("q", n),
-            ring_length=arrays.take("q", n),
-            commit_since=arrays.take("d", n),
-            commit_observed=arrays.take("b", n),
-        )
-        columns.rings = [arrays.take("q", length) for length in columns.ring_length]
-        return columns
-
-    def take(self, topic: str) -> tuple[TopicPartition, PartitionProgress]:
-        i = self.read_at
-        self.read_at += 1
-        observed = self.commit_observed[i]
-        clock = None if observed < 0 else Clock(self.commit_since[i], bool(observed))
-        ring = PollRing(self.ring_first[i], self.rings[i])
-        return TopicPartition(topic, self.partition[i]), PartitionProgress(ring, clock)
-
-
-class _ArrayWriter:
-    def __init__(self) -> None:
-        self.parts: list[array[Any]] = []
-        self.columns = _PartitionColumns()  # written after the arrays named one by one
-
-    def add(self, values: array[Any]) -> int:
-        self.parts.append(values)
-        return len(values)
-
-    def compressed(self, chunk_bytes: int = 1 << 20) -> bytes:
-        """Every array named, in order, as one zlib stream. Level 1: offsets of one partition share their high
-        bytes, and level 1 gets most of that, fast. The many small arrays (a ring per group-partition) are
-        gathered into chunks: a compress call each would cost more than the copy."""
-        compressor = zlib.compressobj(1)
-        out, chunk = [], bytearray()
-        for values in (*self.parts, *self.columns.fields(), *self.columns.rings):
-            chunk += _little_endian(values)
-            if len(chunk) >= chunk_bytes:
-                out.append(compressor.compress(chunk))
-                chunk.clear()
-        out.append(compressor.compress(chunk))
-        out.append(compressor.flush())
-        return b"".join(out)
-
-
-class _ArrayReader:
-    def __init__(self, text: str, byteorder: str) -> None:
-        try:
-            self.raw = memoryview(zlib.decompress(base64.b64decode(text, validate=True)))
-        except zlib.error as e:
-            raise ValueError(f"history arrays damaged: {e}") from e
-        if byteorder != "little":
-            raise ValueError(f"history arrays in byte order {byteorder!r}")
-        self.swap = BIG_ENDIAN_HOST
-        self.pos = 0
-
-    def take(self, typecode: str, n: int) -> array[Any]:
-        values = array(typecode)
-        size = int(n) * values.itemsize
-        if n < 0 or self.pos + size > len(self.raw):
-            raise ValueError("history arrays shorter than the document says")
-        values.frombytes(self.raw[self.pos : self.pos + size])
-        self.pos += size
-        if self.swap:
-            values.byteswap()
-        return values
-
-    def done(self) -> None:
-        if self.pos != len(self.raw):
-            raise ValueError("history arrays longer than the document says")
 
 
 def _read_v2(history: ClusterHistory, data: dict[str, Any]) -> None:
@@ -993,10 +685,10 @@ def _read_v2(history: ClusterHistory, data: dict[str, Any]) -> None:
     poll_of = {t: history.poll_times_first + i for i, t in enumerate(times)}
     ends: dict[TopicPartition, dict[int, int | None]] = {}
     for group_id, raw in groups.items():
-        track = _track_from_json(raw, None)
+        track = track_from_json(raw, None)
         for topic, partition, clock, samples in raw.get("partitions", []):
             tp = TopicPartition(topic, partition)
-            progress = track.partitions[tp] = PartitionProgress(last_commit_change=_clock(clock))
+            progress = track.partitions[tp] = PartitionProgress(last_commit_change=clock_from_json(clock))
             for t, committed, log_end in samples:
                 poll = poll_of.get(float(t))
                 if poll is not None:
@@ -1007,87 +699,3 @@ def _read_v2(history: ClusterHistory, data: dict[str, Any]) -> None:
         ring = history.log_ends[tp] = PollRing()
         for poll in sorted(by_poll):
             ring.put(poll, by_poll[poll], MAX_SAMPLES)
-
-
-def _clock_json(clock: Clock | None) -> list[Any] | None:
-    return [clock.since, clock.observed] if clock else None
-
-
-def _clock(raw: list[Any] | None) -> Clock | None:
-    return Clock(float(raw[0]), bool(raw[1])) if raw else None
-
-
-def _track_to_json(t: GroupTrack, columns: _PartitionColumns) -> dict[str, Any]:
-    topics: list[list[Any]] = []  # [topic, count] per run of one topic, in the order of t.partitions
-    for tp, p in t.partitions.items():
-        columns.add(tp, p)
-        if topics and topics[-1][0] == tp.topic:
-            topics[-1][1] += 1
-        else:
-            topics.append([tp.topic, 1])
-    return {
-        "kind": t.kind,
-        "state": t.state,
-        "members": t.members,
-        "first_seen": t.first_seen,
-        "evidence_since": t.evidence_since,
-        "unreadable": t.unreadable,
-        "empty_since": _clock_json(t.empty_since),
-        "gone_since": t.gone_since,
-        "last_empty_at": t.last_empty_at,  # optional: saves before it have none
-        "partitions": topics,
-        # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
-        "commit_waits": [
-            [tp.topic, tp.partition, list(p.waits), p.waits_at, p.longest_wait, p.longest_wait_at, p.short_since]
-            for tp, p in t.partitions.items()
-            if p.waits
-        ],
-        "rewinds": [[tp.topic, tp.partition, *r] for tp, r in t.rewinds.items()],
-        "vanished": None
-        if t.vanished is None
-        else {
-            "at": t.vanished.at,
-            "group_gone": t.vanished.group_gone,
-            "offsets": [[tp.topic, tp.partition, o] for tp, o in t.vanished.offsets.items()],
-            "clocks": [[tp.topic, tp.partition, _clock_json(c)] for tp, c in t.vanished.clocks.items()],
-        },
-    }
-
-
-def _track_from_json(raw: dict[str, Any], columns: _PartitionColumns | None) -> GroupTrack:
-    """`columns` None: a schema 1-2 track, whose partitions the caller reads."""
-    track = GroupTrack(
-        kind=raw["kind"],
-        state=raw["state"],
-        members=raw.get("members", 0),
-        first_seen=raw["first_seen"],
-        empty_since=_clock(raw.get("empty_since")),
-        gone_since=raw.get("gone_since"),
-        last_empty_at=raw.get("last_empty_at"),
-        evidence_since=raw.get("evidence_since"),
-        unreadable=bool(raw.get("unreadable", False)),
-    )
-    if columns is not None:
-        for topic, count in raw["partitions"]:
-            for _ in range(int(count)):
-                tp, progress = columns.take(str(topic))
-                track.partitions[tp] = progress
-    for topic, partition, at, old, new in raw.get("rewinds", []):
-        track.rewinds[TopicPartition(topic, partition)] = (at, old, new)
-    for topic, partition, waits, *at in raw.get("commit_waits", []):  # optional: saves before it have none
-        learnt = track.partitions.get(TopicPartition(topic, partition))
-        if learnt is not None:
-            learnt.waits = tuple(float(w) for w in waits)[-COMMIT_WAITS_KEPT:]
-            learnt.waits_at = float(at[0]) if at and at[0] is not None else None
-            if len(at) >= 3 and at[2] is not None:  # optional: saves before it have no longest wait
-                learnt.longest_wait, learnt.longest_wait_at = float(at[1]), float(at[2])
-            # Optional too. Not saved, a restart forgot that a former sink had committed at every poll for an hour,
-            # and its old cadence held its next hang back another hour.
-            if len(at) >= 4 and at[3] is not None:
-                learnt.short_since = float(at[3])
-    vanished = raw.get("vanished")
-    if vanished:
-        offsets = {TopicPartition(t, p): o for t, p, o in vanished["offsets"]}
-        clocks = {TopicPartition(t, p): c for t, p, raw in vanished.get("clocks", []) if (c := _clock(raw))}
-        track.vanished = Vanished(vanished["at"], offsets, vanished["group_gone"], clocks)
-    return track

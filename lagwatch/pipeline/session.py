@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lagwatch.errors import SPARK_EXTRA, ConfigError, LagwatchError
+from lagwatch.errors import SPARK_EXTRA, ConfigError, LagwatchError, MissingExtraError
 
 SCALA = "2.13"
 JARS_ENV = "LAGWATCH_SPARK_JARS"
@@ -44,7 +44,7 @@ def check_spark() -> None:
         import pyspark  # noqa: F401
         from pyspark.sql import SparkSession  # noqa: F401
     except ImportError:
-        raise LagwatchError(f"the Spark jobs need {SPARK_EXTRA}") from None
+        raise MissingExtraError(f"the Spark jobs need {SPARK_EXTRA}") from None
     from shutil import which
 
     java_home = os.environ.get("JAVA_HOME")
