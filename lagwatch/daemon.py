@@ -85,6 +85,8 @@ class Daemon:
         self._stopping = threading.Event()
         self.polls_under_way: list[str] = []  # clusters whose poll outlasted the stop's grace
         self.state_failures = 0  # saves the disk refused
+        # Alert groups whose notification log a delivery changed, saved with the delivery's outbox rows.
+        self._groups_unsaved: dict[str, Any] = {}
         self._state_owed = False  # the last save failed: memory is ahead of the disk
         # Compresses and writes the histories off the poll threads (zlib and SQLite let go of the GIL meanwhile).
         self.history_writer = Executor(max_workers=1, thread_name_prefix="history-writer")
@@ -102,6 +104,7 @@ class Daemon:
             self.clock,
             max_age_s=settings.notifiers.max_age_s,
             given_up=self._undelivered,
+            on_delivered=self._delivered,
         )
         self.clusters = {
             name: ClusterRuntime(name, cfg, poller_factory(name, cfg), self._load_history(name, cfg))
@@ -164,6 +167,7 @@ class Daemon:
             receivers_of(self.notifiers, self.routes),
             now=self.clock(),
             lost_state=self.store.db.lost_state,
+            queued=[d.notification for d in outbox.deliveries],
             unread_queued=[q for _, _, row in odd if (q := restart.unread_queued(row)) is not None],
             labels_of=lambda a: self.resolver.labels(a.cluster, a.group, a.labels.get("topic")),
             clusters=clusters,
@@ -225,6 +229,7 @@ class Daemon:
         with self.book_lock:
             try:
                 self.store.save_alerts(self.book, self.outbox, figures)
+                self._groups_unsaved = {}  # every group's row as it is now
             except (sqlite3.Error, OSError) as e:
                 self.state_failures += 1
                 if not self._state_owed:
@@ -235,15 +240,32 @@ class Daemon:
                 log.warning("alert state saved again", extra={"failed_saves": self.state_failures})
             self._state_owed = False
 
+    def _delivered(self, delivery: Delivery, ref: dict[str, Any] | None) -> None:
+        """On a notifier's worker, a delivery that succeeded: it leaves the outbox and the notification log records
+        what its receiver now has, together (no poll decides in between on half of it); the worker's save then
+        writes both in one transaction (save_outbox)."""
+        with self.book_lock:
+            self.outbox.done(delivery, ref)
+            changed = self.book.delivered(delivery.notification)
+            if changed is not None:
+                self._groups_unsaved[changed[0]] = changed[1]
+
     def save_outbox(self) -> None:
-        """After a delivery: the outbox rows only (the notifier workers count and retry failures)."""
-        try:
-            self.store.save_alerts(None, self.outbox)
-        except StateClosedError:  # a send that outlasted the stop's wait for it: a known outcome, not a failure
-            log.warning(
-                "a notification's delivery ended after lagwatch stopped, and is not saved: the next start sends it "
-                "again (Slack looks for it first)"
-            )
+        """After a delivery: the outbox rows, and the alert groups deliveries changed (the notifier workers count
+        and retry failures). A crash before it: the notification is still queued, and the log says what its
+        receiver will have once it is (Slack looks for it before sending it again)."""
+        with self.book_lock:  # the groups' rows are written from the book's memory
+            groups, self._groups_unsaved = self._groups_unsaved, {}
+            try:
+                self.store.save_alerts(None, self.outbox, groups=groups)
+            except StateClosedError:  # a send that outlasted the stop's wait for it: a known outcome, not a failure
+                log.warning(
+                    "a notification's delivery ended after lagwatch stopped, and is not saved: the next start sends "
+                    "it again (Slack looks for it first)"
+                )
+            except BaseException:
+                self._groups_unsaved = {**groups, **self._groups_unsaved}  # written with the next save
+                raise
 
     def _load_history(self, name: str, config: ClusterConfig) -> ClusterHistory:
         history = None

@@ -79,7 +79,10 @@ class Pipeline:
 
     def step(self, snap: ClusterSnapshot, records: Iterable[Record] = (), caught_up: bool = False) -> Evaluation:
         evaluation = self.pipeline.step(snap, records, caught_up)
-        self.sent += self.pipeline.due(snap.taken_at)
+        notes = self.pipeline.due(snap.taken_at)
+        for n in notes:  # delivered at once, as by a dispatcher that succeeds
+            self.book.delivered(n)
+        self.sent += notes
         return evaluation
 
     def firing(self) -> dict[str, str]:

@@ -34,10 +34,13 @@ def finding(group: str, severity: Severity = Severity.WARNING, cluster: str = "c
     return Finding("lag", severity, cluster, group, all_labels, f"{group} lags", {"lag": 10})
 
 
-def fired_book(*groups: str, cluster: str = "c") -> tuple[AlertBook, list[Notification]]:
+def fired_book(*groups: str, cluster: str = "c", deliver: bool = True) -> tuple[AlertBook, list[Notification]]:
     book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0))
     book.apply(cluster, [finding(g, cluster=cluster) for g in groups], frozenset(), NOW)
-    return book, book.due(NOW)
+    notes = book.due(NOW)
+    for n in notes if deliver else []:
+        book.delivered(n)
+    return book, notes
 
 
 def saved(book: AlertBook) -> dict[str, Any]:
@@ -59,6 +62,7 @@ def restore(book: AlertBook, **kwargs: Any) -> restart.Restored:
     args: dict[str, Any] = {
         "now": NOW + 60,
         "lost_state": False,
+        "queued": [],
         "unread_queued": [],
         "labels_of": lambda a: (a.labels, "|" + "|".join(f"{k}={v}" for k, v in sorted(a.labels.items()))),
         "clusters": ["c"],
@@ -121,8 +125,40 @@ def test_alerts_under_labels_the_configuration_now_gives_otherwise_go_on_and_the
     assert states == {next(iter(book.alerts)): AlertState.RESOLVED, "lag|new": AlertState.FIRING}
 
 
+def test_what_a_receiver_has_is_written_when_the_delivery_succeeds() -> None:
+    book, (n,) = fired_book("g", deliver=False)
+    group = book.groups[n.group_key]
+    assert group.notified == {}  # decided, queued: not the receiver's yet
+    assert book.due(NOW + 1) == []  # ... and not decided twice meanwhile
+    changed = book.delivered(n)
+    assert changed == (n.group_key, group) and group.notified == {"default": {n.alerts[0].key: Severity.WARNING}}
+    assert book.delivered(n) is None  # once
+
+
+def test_a_notification_still_queued_at_a_restart_is_not_decided_again_and_its_delivery_is_recorded() -> None:
+    book, (n,) = fired_book("g", deliver=False)
+    again = restore(book, queued=[n]).book
+    assert again.due(NOW + 60) == []  # it is on its way: no second firing
+    again.delivered(n)
+    again.apply("c", [], frozenset(), NOW + 120)
+    (resolved,) = again.due(NOW + 120)  # the receiver has it: its end is told
+    assert resolved.kind is NotificationKind.RESOLVED
+
+
+def test_a_resolve_given_up_leaves_the_receiver_with_what_it_has_and_is_sent_again() -> None:
+    book, (n,) = fired_book("g")  # delivered: the receiver has the alert
+    book.apply("c", [], frozenset(), NOW + 10)
+    (resolve,) = book.due(NOW + 10)
+    assert book.alerts == {}  # its end decided for every receiver: let go
+    book.undelivered([resolve])  # refused for good
+    (again,) = book.due(NOW + 20)
+    assert again.kind is NotificationKind.RESOLVED and again.alerts[0].key == n.alerts[0].key
+    book.delivered(again)
+    assert book.due(NOW + 30) == [] and book.alerts == {}
+
+
 def test_a_queued_notification_whose_row_is_unreadable_takes_back_what_it_told() -> None:
-    book, (n,) = fired_book("g")
+    book, (n,) = fired_book("g", deliver=False)
     raw = n.to_json()
     row = {"notification": {**raw, "kind": 7}, "notifier": "default"}  # the row no longer loads
     unread = restart.unread_queued(row)

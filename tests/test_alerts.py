@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagwatch.alerts import AlertBook, AlertsConfig
+from lagwatch.alerts import AlertBook, AlertsConfig, Notification
 from lagwatch.model import Finding
 
 
@@ -25,9 +25,17 @@ def book(**cfg: object) -> AlertBook:
     return AlertBook(AlertsConfig.model_validate(base | cfg))
 
 
+def due(b: AlertBook, now: float) -> list[Notification]:
+    """The notifications due now, each delivered at once (as a dispatcher that succeeds does)."""
+    notes = b.due(now)
+    for n in notes:
+        b.delivered(n)
+    return notes
+
+
 def step(b: AlertBook, findings: list[Finding], now: float, frozen: frozenset[str] | None = frozenset()) -> list[str]:
     b.apply("c", findings, frozen, now)
-    return [n.kind for n in b.due(now)]
+    return [n.kind for n in due(b, now)]
 
 
 def test_pending_until_for_then_firing_after_group_wait() -> None:
@@ -52,11 +60,11 @@ def test_update_when_an_alert_joins_then_resolved_when_all_clear() -> None:
     step(b, [finding()], 0)
     assert step(b, [finding()], 30) == ["firing"]
     assert step(b, [finding(), finding("stalled", severity="critical")], 60) == []  # within group_interval
-    notes = (b.apply("c", [finding(), finding("stalled", severity="critical")], frozenset(), 330), b.due(330))[1]
+    notes = (b.apply("c", [finding(), finding("stalled", severity="critical")], frozenset(), 330), due(b, 330))[1]
     assert [n.kind for n in notes] == ["update"] and notes[0].severity == "critical"
     assert [a.rule for a in notes[0].alerts] == ["stalled", "lag"]  # worst first
     assert step(b, [], 400) == []  # resolved, waiting for group_interval
-    notes = (b.apply("c", [], frozenset(), 630), b.due(630))[1]
+    notes = (b.apply("c", [], frozenset(), 630), due(b, 630))[1]
     assert [n.kind for n in notes] == ["resolved"] and {a.state for a in notes[0].alerts} == {"resolved"}
     assert b.alerts == {} and b.groups == {}
 
@@ -72,7 +80,7 @@ def test_repeat_interval_and_send_resolved_off() -> None:
 def test_groups_are_per_cluster_and_consumer_group() -> None:
     b = book(group_wait_s=0)
     b.apply("c", [finding(group="a"), finding(group="b"), finding("stalled", group="a")], frozenset(), 0)
-    notes = b.due(0)
+    notes = due(b, 0)
     assert sorted((n.group_key, len(n.alerts)) for n in notes) == [("cluster=c|group=a", 2), ("cluster=c|group=b", 1)]
 
 
@@ -126,13 +134,13 @@ def test_an_alert_left_out_of_a_notification_under_its_silence_is_news_when_the_
     b = book(group_wait_s=0)
     assert step(b, [stalled, finding()], 0) == ["firing"]
     b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
-    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900), b.due(900))[1]
+    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900), due(b, 900))[1]
     assert [n.kind for n in notes] == ["update"]
     assert [(a.rule, a.state, a.muted) for a in notes[0].alerts] == [
         ("lag", "firing", False),
         ("stalled", "resolved", True),
     ]
-    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 3600), b.due(3600))[1]
+    notes = (b.apply("c", [stalled, finding(severity="critical")], frozenset(), 3600), due(b, 3600))[1]
     assert [n.kind for n in notes] == ["update"] and sorted(a.rule for a in notes[0].alerts) == ["lag", "stalled"]
 
     again = book(group_wait_s=0)
@@ -173,7 +181,7 @@ def test_inhibition_matches_on_equal_labels_and_costs_one_lookup_per_alert() -> 
     findings += [finding("lag", f"x{i}") for i in range(1000)]
     b.apply("c", findings, frozenset(), 0.0)
     started = time.perf_counter()
-    sent = b.due(0.0)
+    sent = due(b, 0.0)
     elapsed = time.perf_counter() - started
     rules_of = {n.group_labels["group"]: sorted(a.rule for a in n.firing) for n in sent}
     assert rules_of["a"] == ["lag", "stopped"]  # stalled hidden by stopped; lag is its only source: not itself
@@ -229,7 +237,7 @@ def test_group_ids_with_key_separators_are_alerts_of_their_own() -> None:
     routed = stopped({"cluster": "c", "group": "a", "team": "x"})
     assert odd.key != routed.key
     assert step(b, [odd], 0) == ["firing"]
-    notes = (b.apply("c", [routed], frozenset(), 10), b.due(10))[1]
+    notes = (b.apply("c", [routed], frozenset(), 10), due(b, 10))[1]
     by_group = {n.group_labels["group"]: n.kind for n in notes}
     assert by_group == {"a|team=x": "resolved", "a": "firing"}
     assert {a.group for a in b.alerts.values() if a.state == "firing"} == {"a"}
@@ -275,12 +283,12 @@ def test_a_receiver_not_routed_the_inhibiting_alert_is_told_the_end() -> None:
 
     def sent(findings: list[Finding], now: float) -> list[tuple[str, str, list[str]]]:
         b.apply("c", findings, frozenset(), now)
-        return [(n.receiver, n.kind, [a.rule for a in n.alerts]) for n in b.due(now)]
+        return [(n.receiver, n.kind, [a.rule for a in n.alerts]) for n in due(b, now)]
 
     stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
     assert sent([stalled], 0) == [("oncall", "firing", ["stalled"]), ("team-chat", "firing", ["stalled"])]
     b.apply("c", [stalled, stopped], frozenset(), 60)
-    assert [(n.receiver, n.kind, [(a.rule, a.state, a.muted) for a in n.alerts]) for n in b.due(60)] == [
+    assert [(n.receiver, n.kind, [(a.rule, a.state, a.muted) for a in n.alerts]) for n in due(b, 60)] == [
         ("oncall", "update", [("stopped", "firing", False), ("stalled", "resolved", True)])
     ]
     assert sent([stalled, stopped], 120) == []  # muted for team-chat: no news while it is inhibited
@@ -317,11 +325,11 @@ def test_relabelled_alerts_end_their_old_labels_for_every_receiver_told_and_go_o
     old = Finding("stopped", "critical", "c", "g", {"cluster": "c", "group": "g", "team": "payments"}, "s", {}, 60)
     b.apply("c", [old], frozenset(), 0)
     b.apply("c", [old], frozenset(), 60)
-    assert [(n.receiver, n.kind) for n in b.due(60)] == [("all", "firing"), ("pay", "firing")]
+    assert [(n.receiver, n.kind) for n in due(b, 60)] == [("all", "firing"), ("pay", "firing")]
     billing = {"cluster": "c", "group": "g", "team": "billing"}
     moved = b.relabel(lambda a: (billing, "|" + "|".join(f"{k}={v}" for k, v in sorted(billing.items()))), 100)
     assert moved == 1
-    sent = sorted((n.receiver, n.kind, n.group_labels["team"]) for n in b.due(100))
+    sent = sorted((n.receiver, n.kind, n.group_labels["team"]) for n in due(b, 100))
     assert sent == [("all", "firing", "billing"), ("all", "resolved", "payments"), ("pay", "resolved", "payments")]
     (alert,) = [a for a in b.alerts.values() if a.state != "resolved"] or [None]
     assert alert is not None and alert.state == "firing" and alert.severity == "critical" and alert.fired_at == 60
@@ -338,7 +346,7 @@ def test_labels_changed_and_changed_back_carry_the_incident_on() -> None:
     f = Finding("stopped", "critical", "c", "g", {"cluster": "c", "group": "g"}, "s", {}, 60)
     b.apply("c", [f], frozenset(), 0)
     b.apply("c", [f], frozenset(), 60)
-    assert [n.kind for n in b.due(60)] == ["firing"]
+    assert [n.kind for n in due(b, 60)] == ["firing"]
     team = {"cluster": "c", "group": "g", "team": "pay"}
 
     def suffix(labels: dict[str, str]) -> str:
@@ -359,7 +367,7 @@ def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_re
     assert step(b, [stalled, finding()], 0) == ["firing"]
     b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
     b.apply("c", [stalled, finding(severity="critical")], frozenset(), 900)
-    text = str(render.blocks(b.due(900)[0], None))
+    text = str(render.blocks(due(b, 900)[0], None))
     assert "*stalled* (:zzz: muted)" in text and "resolved" not in text
     # lag ends while stalled is silenced, nothing sent in between: the thread reply and the fallback text do not
     # call stalled resolved
@@ -367,7 +375,7 @@ def test_slack_shows_an_alert_that_left_the_message_under_a_mute_as_muted_not_re
     assert step(b, [stalled, finding()], 0) == ["firing"]
     b.silences.append(Silence("s1", {"rule": "stalled"}, ends_at=3600, created_by="api"))
     b.apply("c", [stalled], frozenset(), 900)
-    (done,) = b.due(900)
+    (done,) = due(b, 900)
     assert done.kind == "resolved"
     assert render.thread_text(done) == ":white_check_mark: Resolved: lag; :zzz: muted: stalled"
     assert "(lag)" in render.fallback_text(done)
@@ -390,6 +398,7 @@ def test_a_repeat_that_tells_of_a_muted_alerts_end_is_not_dropped_as_stale() -> 
         for d in outbox.due(now) if deliver else []:
             received.extend((a.rule, a.state) for a in d.notification.alerts)
             outbox.done(d, None)
+            b.delivered(d.notification)
 
     stalled, lag = finding("stalled"), finding()
     tick([stalled, lag], 0, True)
@@ -420,7 +429,7 @@ def test_every_notifier_says_muted_for_an_alert_that_is_only_inhibited(caplog: o
     stalled, stopped = finding("stalled", topic=""), finding("stopped", topic="")
     assert step(b, [stalled], 0) == ["firing"]
     b.apply("c", [stalled, stopped], frozenset(), 60)
-    (update,) = b.due(60)
+    (update,) = due(b, 60)
     caplog.set_level(logging.INFO, logger="lagwatch.alert")
     LogNotifier().send(update, None)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "lagwatch.alert"]

@@ -573,8 +573,18 @@ def _drive(receiver: _Flaky, polls: list[tuple[float, bool]], max_age_s: float =
         book.undelivered(dropped)
         return dropped
 
+    def delivered(delivery: Delivery, ref: dict[str, Any] | None) -> None:  # as the daemon does
+        outbox.done(delivery, ref)
+        book.delivered(delivery.notification)
+
     d = Dispatcher(
-        outbox, {"hook": receiver}, lambda: None, clock=lambda: now[0], max_age_s=max_age_s, given_up=give_up
+        outbox,
+        {"hook": receiver},
+        lambda: None,
+        clock=lambda: now[0],
+        max_age_s=max_age_s,
+        given_up=give_up,
+        on_delivered=delivered,
     )
     worker = d._workers["hook"]
     lag = Finding("lag", "warning", "c", "g", {"cluster": "c", "group": "g", "topic": "t"}, "g lags", {"lag": 1})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lagwatch.alerts import AlertBook, AlertsConfig, Receiver
+from lagwatch.alerts import AlertBook, AlertsConfig, Notification, Receiver
 from lagwatch.model import Finding
 
 PAGER = Receiver("pager", min_severity="critical")
@@ -21,6 +21,14 @@ def book(**config: object) -> AlertBook:
     return AlertBook(AlertsConfig.model_validate(cfg), receivers=(PAGER, CHAT))
 
 
+def due(b: AlertBook, now: float) -> list[Notification]:
+    """The notifications due now, each delivered at once (as a dispatcher that succeeds does)."""
+    notes = b.due(now)
+    for n in notes:
+        b.delivered(n)
+    return notes
+
+
 def told(notes: list, receiver: str) -> list[tuple[str, str]]:  # type: ignore[type-arg]
     return [(n.kind, n.severity_text) for n in notes if n.receiver == receiver]
 
@@ -28,9 +36,9 @@ def told(notes: list, receiver: str) -> list[tuple[str, str]]:  # type: ignore[t
 def test_a_receiver_never_gets_a_resolve_for_what_it_never_saw() -> None:
     b = book()
     b.apply("c", [finding("g", "warning")], frozenset(), 0)
-    first = b.due(0)
+    first = due(b, 0)
     b.apply("c", [], frozenset(), 10)
-    second = b.due(10)
+    second = due(b, 10)
     assert told(first, "chat") == [("firing", "warning")] and told(second, "chat") == [("resolved", "resolved")]
     assert told(first + second, "pager") == []
 
@@ -38,11 +46,11 @@ def test_a_receiver_never_gets_a_resolve_for_what_it_never_saw() -> None:
 def test_escalation_reaches_the_pager_and_de_escalation_resolves_it_there_only() -> None:
     b = book()
     b.apply("c", [finding("g", "warning")], frozenset(), 0)
-    notes = b.due(0)
+    notes = due(b, 0)
     b.apply("c", [finding("g", "critical")], frozenset(), 10)
-    notes += b.due(10)
+    notes += due(b, 10)
     b.apply("c", [finding("g", "warning")], frozenset(), 20)
-    notes += b.due(20)
+    notes += due(b, 20)
     assert told(notes, "pager") == [("firing", "critical"), ("resolved", "resolved")]
     assert told(notes, "chat") == [("firing", "warning"), ("update", "critical"), ("update", "warning")]
 
@@ -50,16 +58,16 @@ def test_escalation_reaches_the_pager_and_de_escalation_resolves_it_there_only()
 def test_storm_one_summary_per_receiver_then_groups_resolve_one_by_one_quietly() -> None:
     b = book(storm_threshold=5)
     b.apply("c", [finding(f"g{i}", "critical") for i in range(30)], frozenset(), 0)
-    notes = b.due(0)
+    notes = due(b, 0)
     assert [(n.receiver, n.kind) for n in notes] == [("pager", "firing"), ("chat", "firing")]
     assert notes[0].storm is not None and notes[0].storm.groups_firing == 30
     assert notes[0].storm.alerts_by_rule == {"lag": 30}
     assert len(b.alerts) == 30  # every group is still tracked
     b.apply("c", [finding(f"g{i}", "critical") for i in range(10)], frozenset(), 60)
-    assert b.due(60) == []  # twenty groups resolved: quiet, the storm is still on
+    assert due(b, 60) == []  # twenty groups resolved: quiet, the storm is still on
     assert sum(a.state == "firing" for a in b.alerts.values()) == 10
     b.apply("c", [], frozenset(), 120)
-    end = b.due(120)
+    end = due(b, 120)
     assert [(n.receiver, n.kind) for n in end] == [("pager", "resolved"), ("chat", "resolved")]
     assert b.alerts == {} and b.storms == {}
 
@@ -68,7 +76,7 @@ def test_below_the_storm_threshold_each_group_is_told_and_other_clusters_are_apa
     b = book(storm_threshold=5)
     b.apply("c", [finding(f"g{i}", "warning") for i in range(5)], frozenset(), 0)
     b.apply("d", [finding(f"h{i}", "warning", cluster="d") for i in range(3)], frozenset(), 0)
-    notes = b.due(0)
+    notes = due(b, 0)
     assert len(told(notes, "chat")) == 8 and all(n.storm is None for n in notes)
 
 
@@ -88,7 +96,7 @@ def test_a_storm_announces_late_joiners_and_worse_groups_after_group_interval_an
 
     def poll(t: float, found: list[Finding]) -> None:
         b.apply("c", found, frozenset(), t)
-        for n in b.due(t):
+        for n in due(b, t):
             assert n.storm is not None
             sent.append((t, n.kind, n.storm.groups_firing, n.severity_text))
 
@@ -114,7 +122,7 @@ def test_a_receiver_removed_between_restarts_holds_nothing_and_comes_back_fresh(
     the book for ever, and it got a resolve for each of them when it was enabled again, a week later."""
     b = book(storm_threshold=100)
     b.apply("c", [finding(f"g{i}", "critical") for i in range(5)], frozenset(), 0)
-    assert len(b.due(0)) == 10  # five groups, to the pager and to the chat
+    assert len(due(b, 0)) == 10  # five groups, to the pager and to the chat
     saved = json.loads(
         json.dumps(
             {
@@ -128,10 +136,10 @@ def test_a_receiver_removed_between_restarts_holds_nothing_and_comes_back_fresh(
     )
     again = AlertBook.from_json(b.config, saved, (CHAT,))  # the pager removed from the configuration
     again.apply("c", [], frozenset(), 100)
-    assert [(n.receiver, n.kind) for n in again.due(100)] == [("chat", "resolved")] * 5
+    assert [(n.receiver, n.kind) for n in due(again, 100)] == [("chat", "resolved")] * 5
     assert again.alerts == {} and again.groups == {}
     again.receivers = (PAGER, CHAT)  # enabled again later: nothing stale to tell
-    assert again.due(7 * 86400) == []
+    assert due(again, 7 * 86400) == []
 
 
 def test_a_receiver_that_groups_alerts_itself_gets_every_group_in_a_storm() -> None:
@@ -139,7 +147,7 @@ def test_a_receiver_that_groups_alerts_itself_gets_every_group_in_a_storm() -> N
     grouping = Receiver("alertmanager", storms=False)
     b = AlertBook(AlertsConfig.model_validate({"group_wait_s": 0, "storm_threshold": 5}), receivers=(CHAT, grouping))
     b.apply("c", [finding(f"g{i}", "warning") for i in range(15)], frozenset(), 0)
-    notes = b.due(0)
+    notes = due(b, 0)
     assert [n.kind for n in notes if n.receiver == "chat"] == ["firing"] and notes[-1].storm is not None
     mine = [n for n in notes if n.receiver == "alertmanager"]
     assert len(mine) == 15 and all(n.storm is None for n in mine)
@@ -148,12 +156,12 @@ def test_a_receiver_that_groups_alerts_itself_gets_every_group_in_a_storm() -> N
 def test_an_escalation_tells_the_severity_it_replaces_and_a_resolve_the_one_it_ends() -> None:
     b = book()
     b.apply("c", [finding("g", "warning")], frozenset(), 0)
-    b.due(0)
+    due(b, 0)
     b.apply("c", [finding("g", "critical")], frozenset(), 10)
-    (update,) = [n for n in b.due(10) if n.receiver == "chat"]
+    (update,) = [n for n in due(b, 10) if n.receiver == "chat"]
     assert [(a.severity, a.previous_severity) for a in update.alerts] == [("critical", "warning")]
     b.apply("c", [finding("g", "warning")], frozenset(), 20)
-    (ended,) = [n for n in b.due(20) if n.receiver == "pager"]  # below the pager's route now: ended for it
+    (ended,) = [n for n in due(b, 20) if n.receiver == "pager"]  # below the pager's route now: ended for it
     assert ended.kind == "resolved" and [(a.severity, a.resolved_at) for a in ended.alerts] == [("critical", 20)]
 
 
@@ -164,12 +172,12 @@ def test_an_update_never_delivered_takes_back_only_what_it_announced() -> None:
     b = AlertBook(AlertsConfig.model_validate({"group_wait_s": 0, "group_interval_s": 0}), receivers=(CHAT,))
     a, bee = finding("g", "warning"), finding("g", "warning", rule="stalled")
     b.apply("c", [a], frozenset(), 0)
-    assert [n.kind for n in b.due(0)] == ["firing"]
+    assert [n.kind for n in due(b, 0)] == ["firing"]
     b.apply("c", [a, bee], frozenset(), 10)
     (update,) = b.due(10)
     b.undelivered([update])  # refused for good
     b.apply("c", [bee], frozenset(), 20)  # A resolves, B still fires
-    (again,) = b.due(20)
+    (again,) = due(b, 20)
     assert again.kind == "update"
     assert sorted((x.rule, x.state) for x in again.alerts) == [("lag", "resolved"), ("stalled", "firing")]
 
@@ -190,5 +198,5 @@ def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() ->
     sent = []
     for t in (100, 200, 300, 400):
         b.apply("c", storm, frozenset(), t)
-        sent += [(t, n.kind, n.storm.groups_firing if n.storm else None) for n in b.due(t)]
+        sent += [(t, n.kind, n.storm.groups_firing if n.storm else None) for n in due(b, t)]
     assert sent == [(300, "update", 3)]

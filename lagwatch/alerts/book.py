@@ -16,7 +16,7 @@ from typing import Any
 
 from lagwatch.alerts import lifecycle, muting, nflog
 from lagwatch.alerts.muting import Inhibitor, Silence
-from lagwatch.alerts.nflog import AlertGroup
+from lagwatch.alerts.nflog import AlertGroup, NotificationLog
 from lagwatch.alerts.records import EVERYONE, Alert, AlertState, Notification, NotificationKind, Receiver
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.alerts.storms import Storm, StormDesk, storm_key
@@ -36,6 +36,11 @@ class AlertBook:
     storms: dict[str, Storm] = field(default_factory=dict)
     # Alert key -> its group key (a cache: the group_by labels are part of the key; not saved).
     _group_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # What each receiver has and will have (over `groups`; what is in flight is rebuilt from the outbox at a start).
+    log: NotificationLog = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.log = NotificationLog(self.groups)
 
     # -- alert states (lagwatch.alerts.lifecycle) ------------------------------------------------------------------
 
@@ -64,7 +69,7 @@ class AlertBook:
 
     def _still_told(self, alert: Alert) -> bool:
         gkey = self._group_keys.get(alert.key) or self.group_key(alert)[0]
-        return nflog.told_anyone(self.groups.get(gkey), alert.key)
+        return self.log.told_anyone(self.groups.get(gkey), alert.key)
 
     def group_key(self, alert: Alert) -> tuple[str, dict[str, str]]:
         return nflog.group_key(self.config.group_by, alert)
@@ -84,7 +89,7 @@ class AlertBook:
         return f"{self.sequence:08d}"
 
     def _storms(self) -> StormDesk:
-        return StormDesk(self.config, self.storms, self.groups, self.alerts, self._next_id)
+        return StormDesk(self.config, self.storms, self.groups, self.alerts, self._next_id, self.log)
 
     def due(self, now: float) -> list[Notification]:
         """Notifications to send now, each for one receiver. Their effect is recorded at once (they go to the
@@ -123,7 +128,7 @@ class AlertBook:
             )
             for receiver in self.receivers:
                 r = receiver.name
-                told = group.notified.get(r, {})
+                told = self.log.told(group, r)
                 firing = [a for a in live if receiver.accepts(a)]
                 current = {a.key: a.severity for a in firing}
                 # Announced, and now resolved, or still firing but below this receiver's route, or resolved and
@@ -146,22 +151,24 @@ class AlertBook:
                     starting.setdefault((r, cluster), []).append((group, firing))
                     continue
                 if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
-                    nflog.record(group, r, current, now)
+                    self.log.quietly(group, r, current, now)
                     continue
                 # A notification shows what is live: muted alerts leave the receiver's view with it, told as ended
                 # (marked muted): left out without a word, a receiver that keeps alerts by key (a webhook, an
                 # Alertmanager until its endsAt, 6 h) had them firing long after they ended. When their mute ends,
                 # they are news again: an update, or a new incident after a "resolved".
                 hushed = [a for a in alerts if a.key in muted and a.key in told] if muted else []
-                out.append(nflog.compose(self._next_id(), group, r, kind, firing, left, now, hushed))
-                nflog.record(group, r, current, now)
+                n = nflog.compose(self._next_id(), group, r, told, kind, firing, left, now, hushed)
+                out.append(n)
+                self.log.decided(group, r, n.id, current, now)
         for (r, cluster), firsts in starting.items():
             if storm_key(r, cluster) in self.storms or len(firsts) > self.config.storm_threshold:
                 out += desk.joined(r, cluster, firsts, now)
                 continue
             for group, firing in firsts:
-                out.append(nflog.compose(self._next_id(), group, r, NotificationKind.FIRING, firing, [], now))
-                nflog.record(group, r, {a.key: a.severity for a in firing}, now)
+                n = nflog.compose(self._next_id(), group, r, {}, NotificationKind.FIRING, firing, [], now)
+                out.append(n)
+                self.log.decided(group, r, n.id, {a.key: a.severity for a in firing}, now)
         out += desk.due(now)
         self._let_go(by_group)
         return out
@@ -188,33 +195,45 @@ class AlertBook:
         return by_group
 
     def _let_go(self, by_group: dict[str, list[Alert]]) -> None:
-        """Resolved alerts are done once every receiver that saw them was told, or if none ever did; a group with
-        nothing left to tell anyone goes too."""
+        """Resolved alerts are done once their end was decided for every receiver that saw them, or if none ever
+        did; a group goes once nothing is left to tell anyone and nothing of it is still to be delivered."""
+        log = self.log
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
-            needed = {k for told in group.notified.values() for k in told}
+            needed = log.needed(group)
             for a in alerts:
                 if a.state == AlertState.RESOLVED and a.key not in needed:
                     self.alerts.pop(a.key, None)
-            if not needed and not any(a.key in self.alerts for a in alerts):
+            if not needed and not any(a.key in self.alerts for a in alerts) and not log.busy(group):
                 del self.groups[gkey]
+
+    def delivered(self, n: Notification) -> tuple[str, AlertGroup | None] | None:
+        """`n` reached its receiver (lagwatch.alerts.nflog): (the group's key, the group as its row is to be saved,
+        None once it is let go), or None if no saved memory changed. A group whose last "resolved" arrived, with
+        nothing left in flight, is let go now (the next `due` makes it again if it has alerts: its memory is
+        empty either way)."""
+        group = self.log.delivered(n)
+        if group is None:
+            return None
+        if not self.log.busy(group) and not self.log.needed(group):
+            self.groups.pop(group.key, None)
+            return group.key, None
+        return group.key, group
 
     def undelivered(self, dropped: Sequence[Notification]) -> None:
         """Notifications of one receiver and one alert group (or storm), oldest first, that it will never get: the
-        first refused for good or grown too old, the others queued behind it and decided on what it said. What
-        the receiver was told goes back, newest first, to what it had before the first of them: alerts announced
-        for the first time are taken out (no "resolved" for a firing that never arrived: one queued behind it was
-        delivered), an escalation goes back to the severity told before, and alerts announced as ended are the
-        receiver's again, so their "resolved" is sent again (a resolve dropped as too old, after a long outage,
-        left the receiver's message firing for good). The next `due` decides afresh from there, once
-        group_interval is over (not at once). Alertmanager logs a notification only once it is sent."""
+        first refused for good or grown too old, the others queued behind it and decided on what it said. They
+        leave the log's queue, so the receiver's view is again what it has: alerts announced for the first time
+        in them are not its (no "resolved" for a firing that never arrived), an escalation it never got is not,
+        and alerts announced as ended are still its, so their "resolved" is sent again (a resolve dropped as too
+        old, after a long outage, left the receiver's message firing for good). The next `due` decides afresh
+        from there, once group_interval is over (not at once)."""
         if not dropped:
             return
-        for n in reversed(dropped):
-            if n.storm is None:
-                nflog.undo(self.groups, self.alerts, n.receiver, n.group_key, n.group_labels, n.alerts)
-                continue
-            storm = self.storms.get(n.group_key)
+        if dropped[0].storm is None:
+            self.log.undelivered(dropped, self.alerts)
+        else:
+            storm = self.storms.get(dropped[0].group_key)
             if storm is not None:
                 storm.announced = {}  # nothing of it arrived: every group is news for the summary after group_interval
         last = dropped[-1]
@@ -222,13 +241,12 @@ class AlertBook:
         if group is not None:  # group_interval counts from the last decision, as if it had been sent
             group.last_notified_at[last.receiver] = last.created_at
 
-    def undelivered_raw(self, receiver: str, group_key: str, created_at: float, alerts: Iterable[Any]) -> None:
-        """`undelivered` of one notification from its parts, as read from a row that may be damaged (what cannot
-        be read is left as it is), and only if it is still the last one the group gave that receiver."""
+    def undelivered_raw(self, receiver: str, group_key: str, alerts: Iterable[Any]) -> None:
+        """A queued notification whose row could not be read at a start (what can be read of its alerts): it is in
+        no queue, so the receiver's view is what it has; alerts it told as ended that the book let go come back."""
         group = self.groups.get(group_key)
-        if group is None or group.last_notified_at.get(receiver) != created_at:
-            return  # gone, or a later notification of the group has since superseded this one
-        nflog.undo(self.groups, self.alerts, receiver, group_key, group.labels, nflog.records_of_row(alerts))
+        if group is not None:
+            nflog.restore_resolved(self.alerts, self.log.told(group, receiver), nflog.records_of_row(alerts))
 
     # -- persistence (rows in the state database: see lagwatch/state/db.py) ---------------------------------
 

@@ -4,8 +4,13 @@ It decides what a receiver is owed now: its first notification after `group_wait
 `group_interval`, an unchanged firing group again after `repeat_interval`, and a last one when all ended. Each
 receiver remembers on its own, so none gets a "resolved" for an alert it never saw.
 
-What a receiver was told is recorded when a notification is decided (it goes to the outbox in the same save). A
-notification that is never delivered (refused for good, or too old) takes back what it recorded: `undo`."""
+What a receiver *has* (`AlertGroup.notified`) is written when a delivery succeeds, as Alertmanager's nflog is. What
+it *will have* once its queued notifications arrive is what the last of them tells (`NotificationLog.in_flight`):
+decisions are made on that, so nothing is announced twice while a notification waits for Slack. A notification
+that is never delivered (refused for good, or too old) leaves the queue, and the receiver's view falls back to what
+it has: nothing to undo. Timers (`last_notified_at`) count from decisions, delivered or not: a receiver that
+refuses is not asked again at every poll.
+"""
 
 from __future__ import annotations
 
@@ -44,19 +49,136 @@ def group_key(group_by: Sequence[str], alert: Alert) -> tuple[str, dict[str, str
     return "|".join(f"{key_part(k)}={key_part(v)}" for k, v in labels.items()), labels
 
 
-def told_anyone(group: AlertGroup | None, alert_key: str) -> bool:
-    """Whether any receiver has the alert as firing (told of it, its end not yet told)."""
-    return group is not None and any(alert_key in told for told in group.notified.values())
+@dataclass
+class InFlight:
+    """A notification decided for a receiver and not yet delivered: what the receiver will have once it is."""
+
+    notification_id: str
+    told_after: dict[str, Severity]
 
 
-def record(group: AlertGroup, receiver: str, current: dict[str, Severity], now: float) -> None:
-    """The receiver was told `current` (alert key -> severity) now; nothing at all once everything ended."""
-    if current:
-        group.notified[receiver], group.last_notified_at[receiver] = current, now
-    else:
-        group.notified.pop(receiver, None)
+class NotificationLog:
+    """Per alert group and receiver: what it has (delivered, in the group) and what it will have (in flight)."""
+
+    def __init__(self, groups: dict[str, AlertGroup]) -> None:
+        self.groups = groups
+        self.in_flight: dict[str, dict[str, list[InFlight]]] = {}  # group key -> receiver -> oldest first
+
+    def told(self, group: AlertGroup, receiver: str) -> dict[str, Severity]:
+        """What the receiver will have of the group once its queued notifications arrive (the dict itself:
+        `due` lets alerts gone from the book leave it quietly)."""
+        queued = self.in_flight.get(group.key, {}).get(receiver)
+        if queued:
+            return queued[-1].told_after
+        return group.notified.get(receiver, {})
+
+    def views(self, group: AlertGroup) -> list[dict[str, Severity]]:
+        receivers = set(group.notified) | set(self.in_flight.get(group.key, ()))
+        return [self.told(group, r) for r in receivers]
+
+    def told_anyone(self, group: AlertGroup | None, alert_key: str) -> bool:
+        """Whether any receiver has, or will have, the alert as firing (its end not yet told)."""
+        return group is not None and any(alert_key in told for told in self.views(group))
+
+    def needed(self, group: AlertGroup) -> set[str]:
+        """The alerts some receiver will have as firing: their end is owed."""
+        return {k for told in self.views(group) for k in told}
+
+    def busy(self, group: AlertGroup) -> bool:
+        """Whether the group must be kept though nothing is owed: a receiver has some of it, or will (a queued
+        notification that is given up leaves the receiver with what it has, whose end is then owed)."""
+        return any(group.notified.values()) or bool(self.in_flight.get(group.key))
+
+    def decided(
+        self, group: AlertGroup, receiver: str, notification_id: str, current: dict[str, Severity], now: float
+    ) -> None:
+        """A notification that tells the receiver `current` (alert key -> severity) was queued now."""
+        self.in_flight.setdefault(group.key, {}).setdefault(receiver, []).append(InFlight(notification_id, current))
+        _timers(group, receiver, bool(current), now)
+
+    def quietly(self, group: AlertGroup, receiver: str, current: dict[str, Severity], now: float) -> None:
+        """The receiver knows `current` without a notification of this group (a storm's summary tells it): what it
+        has, at once; notifications of the group still queued no longer say what it will have."""
+        self._forget_queue(group.key, receiver)
+        if current:
+            group.notified[receiver] = current
+        else:
+            group.notified.pop(receiver, None)
+        _timers(group, receiver, bool(current), now)
+
+    def delivered(self, n: Notification) -> AlertGroup | None:
+        """`n` reached its receiver: the receiver has what it told (and what any notification of the group queued
+        before it told). Returns the group whose memory changed, None if none did (a storm's summary, or a
+        notification a quiet record has overtaken)."""
+        queued = self.in_flight.get(n.group_key, {}).get(n.receiver)
+        at = next((i for i, q in enumerate(queued or ()) if q.notification_id == n.id), None)
+        if queued is None or at is None:
+            return None
+        told = queued[at].told_after
+        del queued[: at + 1]
+        if not queued:
+            self._forget_queue(n.group_key, n.receiver)
+        group = self.groups.get(n.group_key)
+        if group is None:  # let go since (its last notification decided): back, with what the receiver has
+            group = self.groups[n.group_key] = AlertGroup(n.group_key, dict(n.group_labels))
+        if told:
+            group.notified[n.receiver] = dict(told)
+        else:
+            group.notified.pop(n.receiver, None)
+        return group
+
+    def undelivered(self, dropped: Sequence[Notification], alerts: dict[str, Alert]) -> None:
+        """Notifications of one receiver and one group, oldest first, that it will never get: they leave the queue,
+        and the receiver's view falls back to what it has (or will have from those still before them). Alerts it
+        has that were let go once their end was decided come back, resolved, so that their end is told again."""
+        if not dropped:
+            return
+        first = dropped[0]
+        gone = {n.id for n in dropped}
+        queued = self.in_flight.get(first.group_key, {}).get(first.receiver)
+        if queued:
+            queued[:] = [q for q in queued if q.notification_id not in gone]
+            if not queued:
+                self._forget_queue(first.group_key, first.receiver)
+        group = self.groups.get(first.group_key)
+        if group is None:
+            return
+        told = self.told(group, first.receiver)
+        for n in dropped:
+            restore_resolved(alerts, told, n.alerts)
+
+    def resume(self, queued: Iterable[Notification], receivers: Iterable[str]) -> None:
+        """After a start: the notifications still queued (oldest first) for the receivers configured."""
+        names = set(receivers)
+        for n in queued:
+            if n.storm is None and n.receiver in names:
+                current = {a.key: a.severity for a in n.alerts if a.state == AlertState.FIRING}
+                self.in_flight.setdefault(n.group_key, {}).setdefault(n.receiver, []).append(InFlight(n.id, current))
+
+    def _forget_queue(self, group_key: str, receiver: str) -> None:
+        queues = self.in_flight.get(group_key)
+        if queues is not None:
+            queues.pop(receiver, None)
+            if not queues:
+                del self.in_flight[group_key]
+
+
+def _timers(group: AlertGroup, receiver: str, firing: bool, now: float) -> None:
+    if firing:
+        group.last_notified_at[receiver] = now
+    else:  # the story ended for this receiver: a new one starts after group_wait
         group.last_notified_at.pop(receiver, None)
         group.storm.pop(receiver, None)
+
+
+def restore_resolved(alerts: dict[str, Alert], told: Mapping[str, Severity], records: Iterable[AlertRecord]) -> None:
+    """Alerts told as ended in a notification never delivered, that the receiver still has and the book let go: back
+    in the book as resolved, so that their end is told again (a resolve dropped as too old, after a long outage,
+    left the receiver's message firing for good)."""
+    for a in records:
+        if a.state == AlertState.RESOLVED and a.key in told and a.key not in alerts:
+            fields = {name: getattr(a, name) for name in ALERT_FIELDS}
+            alerts[a.key] = Alert(**{**fields, "labels": dict(a.labels), "details": dict(a.details)})
 
 
 def kind_due(
@@ -97,16 +219,16 @@ def compose(
     notification_id: str,
     group: AlertGroup,
     receiver: str,
+    told: Mapping[str, Severity],
     kind: NotificationKind,
     firing: list[Alert],
     left: list[Alert],
     now: float,
     muted: Sequence[Alert] = (),
 ) -> Notification:
-    """The notification of one group for one receiver: its firing alerts, worst first, each marked with what the
-    receiver had of it; then those ended for it."""
+    """The notification of one group for one receiver, given what it was `told` before: its firing alerts, worst
+    first, each marked with what the receiver had of it; then those ended for it."""
     hushed = {a.key for a in muted}
-    told = group.notified.get(receiver, {})  # before this notification is recorded
     # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
     # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
     # the one it has. Muted ones (silenced, inhibited) end for it too, marked so.
@@ -142,35 +264,6 @@ def compose(
         alerts=(*alerts, *ended),
         receiver=receiver,
     )
-
-
-def undo(
-    groups: dict[str, AlertGroup],
-    alerts: dict[str, Alert],
-    receiver: str,
-    group_key: str,
-    labels: Mapping[str, str],
-    records: Iterable[AlertRecord],
-) -> None:
-    """What the receiver was told goes back to what it had before a notification of these `records` (one that it
-    will never get)."""
-    group = groups.get(group_key)
-    if group is None:  # let go once its last "resolved" was decided: back, to resolve again
-        group = groups[group_key] = AlertGroup(group_key, dict(labels))
-    told = group.notified.setdefault(receiver, {})
-    for a in records:
-        if a.state == AlertState.FIRING:
-            if a.first_told:
-                told.pop(a.key, None)
-            elif a.previous_severity is not None:
-                told[a.key] = a.previous_severity
-        elif a.state == AlertState.RESOLVED:
-            told[a.key] = a.severity  # it still has it as firing: the resolve is owed again
-            if a.key not in alerts:  # let go once the resolve was queued: back, to be resolved again
-                fields = {name: getattr(a, name) for name in ALERT_FIELDS}
-                alerts[a.key] = Alert(**{**fields, "labels": dict(a.labels), "details": dict(a.details)})
-    if not told:  # last_notified_at stays: the group is announced again after group_interval, not at once
-        group.notified.pop(receiver, None)
 
 
 def records_of_row(raw: Iterable[Any]) -> list[AlertRecord]:

@@ -5,7 +5,8 @@ the state database read (its damage, copies and set-asides are the state edge's;
 - Silences of the configuration replace those of the last run's configuration; the API's are kept.
 - Starting from state older than the last run's (a copy, or nothing): notification ids move past the clock, so
   they go past every id the last run issued (a receiver that takes an id once dropped the new ones as duplicates).
-- Queued notifications whose rows cannot be read are never delivered: what they told goes back.
+- Notifications still queued say what their receivers will have once delivered (the notification log's queue);
+  one whose row cannot be read is never delivered: alerts it told as ended that the book let go come back.
 - Alerts whose labels the configuration now gives otherwise go on under the new labels (the old ones resolve).
 - Alerts of clusters no longer configured resolve: nothing else ever would.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from lagwatch.alerts.book import AlertBook
-from lagwatch.alerts.records import Alert, Receiver
+from lagwatch.alerts.records import Alert, Notification, Receiver
 from lagwatch.alerts.settings import AlertsConfig
 
 
@@ -51,6 +52,7 @@ def restore(
     *,
     now: float,
     lost_state: bool,
+    queued: Iterable[Notification],
     unread_queued: Iterable[UnreadQueued],
     labels_of: Callable[[Alert], tuple[Mapping[str, str], str]],
     clusters: Iterable[str],
@@ -60,8 +62,9 @@ def restore(
     book.load_config_silences()
     if lost_state:
         book.sequence = max(book.sequence, int(now))
+    book.log.resume(queued, (r.name for r in receivers))
     for q in unread_queued:
-        book.undelivered_raw(q.receiver, q.group_key, q.created_at, q.alerts)
+        book.undelivered_raw(q.receiver, q.group_key, q.alerts)
     restored = Restored(book, [RejectedRow(*r) for r in rejected])
     restored.relabelled = book.relabel(labels_of, now)
     configured = set(clusters)

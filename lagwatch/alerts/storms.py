@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lagwatch.alerts import nflog
-from lagwatch.alerts.nflog import AlertGroup
+from lagwatch.alerts.nflog import AlertGroup, NotificationLog
 from lagwatch.alerts.records import Alert, AlertRecord, Notification, NotificationKind, StormSummary
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.model import SEVERITY_OF, Severity, worst
@@ -44,6 +43,7 @@ class StormDesk:
     groups: dict[str, AlertGroup]
     alerts: Mapping[str, Alert]
     next_id: Callable[[], str]
+    log: NotificationLog
 
     def joined(
         self, receiver: str, cluster: str, firsts: list[tuple[AlertGroup, list[Alert]]], now: float
@@ -57,7 +57,7 @@ class StormDesk:
         for group, firing in firsts:
             storm.members[group.key] = worst(a.severity for a in firing) or Severity.INFO
             group.storm[receiver] = key
-            nflog.record(group, receiver, {a.key: a.severity for a in firing}, now)
+            self.log.quietly(group, receiver, {a.key: a.severity for a in firing}, now)
         if kind == NotificationKind.UPDATE and now - storm.last_notified_at < self.config.group_interval_s:
             return []  # joined quietly: the summary after group_interval counts them (due)
         return [self._summary(storm, kind, now)]
@@ -74,7 +74,7 @@ class StormDesk:
                 group = self.groups.get(g)
                 if group is None or group.storm.get(storm.receiver) != key:
                     continue
-                told = group.notified.get(storm.receiver, {})
+                told = self.log.told(group, storm.receiver)
                 still[g] = max(told.values(), key=_rank, default=storm.members[g])
             storm.members = still
             if not still:
@@ -97,7 +97,7 @@ class StormDesk:
         notification_id = self.next_id()
         storm.last_notified_at, storm.announced = now, dict(storm.members)
         members = [self.groups[g] for g in storm.members if g in self.groups]
-        alerts = [self.alerts[k] for g in members for k in g.notified.get(storm.receiver, {}) if k in self.alerts]
+        alerts = [self.alerts[k] for g in members for k in self.log.told(g, storm.receiver) if k in self.alerts]
         by_rule: dict[str, int] = {}
         for a in alerts:
             by_rule[a.rule] = by_rule.get(a.rule, 0) + 1

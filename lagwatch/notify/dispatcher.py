@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lagwatch.alerts import Notification
 from lagwatch.notify.base import DeliveryError, Notifier, PermanentError, RetryableError
@@ -113,6 +114,7 @@ class _Worker:
         self._persist_retry_at = 0.0
         self._wake_supervisor = dispatcher.wake_supervisor
         self._given_up = dispatcher.given_up
+        self._delivered = dispatcher.on_delivered
         self.current: Delivery | None = None  # the delivery being handled: the supervisor reschedules it on a death
         self.died_of: BaseException | None = None  # set by the dying thread, taken by the supervisor
         self.started_at = 0.0  # time.monotonic() of the current thread's start
@@ -238,7 +240,10 @@ class _Worker:
             return
         with self.counters.lock:
             self.counters.delivered += 1
-        self.outbox.done(delivery, new_ref)
+        if self._delivered is not None:  # the receiver's notification log records it with the outbox (atomically)
+            self._delivered(delivery, new_ref)
+        else:
+            self.outbox.done(delivery, new_ref)
         self._persist()
 
     def _schedule_retry(self, delivery: Delivery, error: Exception, now: float) -> None:
@@ -383,6 +388,7 @@ class Dispatcher:
         max_age_s: float = DEFAULT_MAX_AGE_S,
         rng: random.Random | None = None,
         given_up: Callable[[Delivery], list[Notification]] | None = None,
+        on_delivered: Callable[[Delivery, dict[str, Any] | None], None] | None = None,
     ) -> None:
         self.outbox = outbox
         self.notifiers = dict(notifiers)
@@ -391,6 +397,9 @@ class Dispatcher:
         # alert book undo what they told, at once (Outbox.give_up, AlertBook.undelivered): returns their
         # notifications. Without it, they are dropped from the outbox alone.
         self.given_up = given_up
+        # A delivery that succeeded: it leaves the outbox, and the notification log records what its receiver now
+        # has (AlertBook.delivered), at once. Without it, it leaves the outbox alone.
+        self.on_delivered = on_delivered
         self.clock = clock
         self.max_age_s = max_age_s
         self.rng = rng or random.Random()

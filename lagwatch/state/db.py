@@ -501,17 +501,21 @@ class StateDatabase:
         self._set_aside_row(table, key, row[0] if row else None, why)
         self._written[table].pop(key, None)
 
-    def save(self, book: AlertBook | None, outbox: Any, figures: bool = False) -> int:
+    def save(
+        self, book: AlertBook | None, outbox: Any, figures: bool = False, groups: Mapping[str, Any] | None = None
+    ) -> int:
         """Writes what changed since the last successful save: the book's rows (when given) and the outbox.
         Returns the number of rows written or deleted. Raises sqlite3.Error / OSError when the disk refuses.
         Whole under the outbox's lock, then the database's (always in that order): two saves racing must not let
         an older picture of the outbox overwrite a newer one. With `figures` (the last save of a clean stop), every
         alert row is written with its current summary and figures: a resolve sent after the restart showed the
         summary from when the alert fired (hours old). A save after each poll skips them, to spare 20,000 row
-        writes a poll; after a crash, the summary is the one saved with the alert's last change of state."""
+        writes a poll; after a crash, the summary is the one saved with the alert's last change of state. Without
+        the book, `groups` are alert groups whose rows a delivery changed (what their receiver now has), written
+        in the same transaction as the outbox's rows."""
         with outbox.changed, self._lock:
             self._heal_if_replaced()
-            written = self._save(book, outbox, figures)
+            written = self._save(book, outbox, figures, groups or {})
             if book is not None:
                 self.full_save_owed = False
             return written
@@ -562,7 +566,7 @@ class StateDatabase:
         self.full_save_owed = True
         log.warning("state database made again: the whole state is written to it", extra={"file": str(self.path)})
 
-    def _save(self, book: AlertBook | None, outbox: Any, figures: bool = False) -> int:
+    def _save(self, book: AlertBook | None, outbox: Any, figures: bool, groups: Mapping[str, Any]) -> int:
         wanted: dict[str, dict[str, Hashable]] = {}
         alert_bodies: dict[str, Any] = {}
         if book is None and self.full_save_owed:  # a new file: the whole outbox now, the book at its next save
@@ -594,6 +598,8 @@ class StateDatabase:
                 "outbox": {k: None if d is None else _fingerprint(d) for k, d in outbox.unsaved_deliveries.items()},
                 "refs": {k: _dumps(outbox.refs[k]) if k in outbox.refs else None for k in outbox.unsaved_refs},
             }
+        if book is None and groups:
+            changed["alert_groups"] = {key: None if g is None else _dumps(vars(g)) for key, g in groups.items()}
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for table, rows in wanted.items():
             statements += self._row_changes(table, rows, alert_bodies, deliveries)

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -100,8 +100,10 @@ class StateStore:
     def read_alerts(self) -> dict[str, Any]:
         return self.db.load_alerts()
 
-    def save_alerts(self, book: AlertBook | None, outbox: Any, figures: bool = False) -> int:
-        return self.db.save(book, outbox, figures)
+    def save_alerts(
+        self, book: AlertBook | None, outbox: Any, figures: bool = False, groups: Mapping[str, Any] | None = None
+    ) -> int:
+        return self.db.save(book, outbox, figures, groups)
 
     def read_history(self, cluster: str) -> Iterable[dict[str, Any]]:
         return self.db.read_history(cluster)
