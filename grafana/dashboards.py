@@ -133,7 +133,7 @@ def variables(topic: bool = True) -> list[Any]:
             query_var(
                 "topic",
                 "Topic",
-                'label_values(lagwatch_group_topic_lag_sum{cluster=~"$cluster", group=~"$group"}, topic)',
+                'label_values(lagwatch_group_topic_lag{cluster=~"$cluster", group=~"$group"}, topic)',
             )
         )
     return out
@@ -183,7 +183,7 @@ def overview() -> db.Dashboard:
         tbl(
             "Groups ranked by lag (records)",
             "short",
-            q(f"topk(20, sum by (cluster, group) (lagwatch_group_topic_lag_sum{{{SEL_TOPIC}}}))", instant=True),
+            q(f"topk(20, sum by (cluster, group) (lagwatch_group_topic_lag{{{SEL_TOPIC}}}))", instant=True),
             desc="Records behind, summed over the selected topics' partitions.",
         )
     )
@@ -303,7 +303,7 @@ def consumer_group() -> db.Dashboard:
         ts(
             "Lag per topic (records)",
             "short",
-            q(f"sum by (cluster, group, topic) (lagwatch_group_topic_lag_sum{{{SEL_TOPIC}}})", "{{group}} {{topic}}"),
+            q(f"sum by (cluster, group, topic) (lagwatch_group_topic_lag{{{SEL_TOPIC}}})", "{{group}} {{topic}}"),
         )
     )
     d = d.with_panel(
@@ -321,7 +321,7 @@ def consumer_group() -> db.Dashboard:
             "Lag per partition (records)",
             "short",
             q(f"lagwatch_partition_lag{{{SEL_TOPIC}}}", "{{group}} {{topic}}/{{partition}}"),
-            desc="Only for groups in the cluster's partition_metrics filter.",
+            desc="Only for groups and topics in the cluster's partition_metrics (none by default).",
         )
     )
     d = d.with_panel(
@@ -329,7 +329,7 @@ def consumer_group() -> db.Dashboard:
             "Lag per partition (seconds)",
             "s",
             q(f"lagwatch_partition_lag_seconds{{{SEL_TOPIC}}}", "{{group}} {{topic}}/{{partition}}"),
-            desc="Only for groups in the cluster's partition_metrics filter.",
+            desc="Only for groups and topics in the cluster's partition_metrics (none by default).",
         )
     )
     d = d.with_row(db.Row("Rates"))

@@ -155,10 +155,10 @@ def test_a_held_poll_leaves_the_last_figures_to_the_exporter(tmp_path: Path) -> 
     for _ in range(3):
         daemon.poll_cluster("a")
     before = daemon.metrics_body().decode()
-    assert "lagwatch_partition_lag{" in before
+    assert "lagwatch_group_topic_lag{" in before
     polls.t -= 3600  # the next poll is dated an hour earlier
     daemon.poll_cluster("a")
     after = daemon.metrics_body().decode()
-    assert after.count("lagwatch_partition_lag{") == before.count("lagwatch_partition_lag{")
+    assert after.count("lagwatch_group_topic_lag{") == before.count("lagwatch_group_topic_lag{")
     assert daemon.clusters["a"].history.blind  # and the held span is a blind spell
     daemon.stop()

@@ -237,7 +237,7 @@ def test_metrics_body_is_the_per_poll_render_plus_self_monitoring(client: TestCl
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert response.content.startswith(daemon.metrics_body())
     names = {f.name for f in text_string_to_metric_families(response.text)}
-    assert {"lagwatch_group_lag_sum", "lagwatch_scheduler_up", "lagwatch_notifier_up"} <= names
+    assert {"lagwatch_group_lag", "lagwatch_scheduler_up", "lagwatch_notifier_up"} <= names
 
 
 def test_metrics_are_one_gzip_stream_for_prometheus_and_plain_text_for_the_rest(

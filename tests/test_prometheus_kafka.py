@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kafka import TopicPartition
 
-from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.config import ClusterConfig, NameFilter, PartitionMetrics, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.devbroker import free_port
 from tests import kafka_scenario
@@ -104,7 +104,11 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         alerts={"group_wait_s": 0},
     )
     cluster = ClusterConfig(
-        bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=[f"{prefix}-.*"])
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=1,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+        # The default granularity (group and topic), and the stopped group's partitions by an override.
+        partition_metrics=PartitionMetrics(groups=NameFilter(include=[group])),
     )
     # A notifier, so that the notifier-health panels have series to show.
     daemon = Daemon(settings, clusters={"kafka-test": cluster}, notifiers={"record": Recorder()}).start()
@@ -149,7 +153,7 @@ def test_prometheus_returns_the_known_lag(stack: Stack) -> None:
     base, group = stack.base, stack.stopped
 
     def lag() -> list[dict]:
-        return query(base, f'lagwatch_group_lag_sum{{group="{group}"}}')
+        return query(base, f'lagwatch_group_lag{{group="{group}"}}')
 
     (series,) = wait_for(lag, timeout=20, what="the group's lag in Prometheus")
     assert series["metric"]["cluster"] == "kafka-test" and float(series["value"][1]) == 20
@@ -158,6 +162,14 @@ def test_prometheus_returns_the_known_lag(stack: Stack) -> None:
         for r in query(base, f'lagwatch_partition_lag{{group="{group}"}}')
     }
     assert by_partition == {"0": 20.0, "1": 0.0}
+    # The override adds exactly that group's partitions: the catching-up group has group and topic series only.
+    assert query(base, f'lagwatch_partition_lag{{group="{stack.catching_up}"}}') == []
+    assert query(base, f'lagwatch_group_topic_lag{{group="{stack.catching_up}"}}') != []
+    ends = query(base, 'lagwatch_partition_log_end_offset{cluster="kafka-test"}')
+    assert {(r["metric"]["topic"], r["metric"]["partition"]) for r in ends} == {
+        (stack.topics[0], "0"),
+        (stack.topics[0], "1"),
+    }
     alerts = wait_for(lambda: query(base, 'lagwatch_alerts_firing{rule="stopped"}'), timeout=20, what="alert metric")
     assert float(alerts[0]["value"][1]) >= 1
 

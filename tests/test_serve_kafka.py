@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lagwatch.config import ClusterConfig, NameFilter, load_settings
+from lagwatch.config import ClusterConfig, NameFilter, PartitionMetrics, load_settings
 from lagwatch.daemon import Daemon
 from tests import kafka_scenario
 from tests.conftest import unique, wait_for
@@ -32,7 +32,10 @@ def served(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         http={"host": "127.0.0.1", "port": 0, "write_token": WRITE_TOKEN},
     )
     cluster = ClusterConfig(
-        bootstrap_servers=[bootstrap], poll_interval_s=1, groups=NameFilter(include=[f"{prefix}-.*"])
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=1,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+        partition_metrics=PartitionMetrics(groups=NameFilter()),  # every group's partitions (none by default)
     )
     daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"record": Recorder()}).start()
     assert daemon.http is not None
@@ -152,7 +155,7 @@ def test_metrics_carry_the_lag_and_no_secrets(served: tuple[Daemon, str, str]) -
         )
     )
     g = (("cluster", "test"), ("group", group))
-    assert samples[("lagwatch_group_lag_sum", g)] == 25 and samples[("lagwatch_group_lag_max", g)] == 25
+    assert samples[("lagwatch_group_lag", g)] == 25 and samples[("lagwatch_group_lag_max", g)] == 25
     assert samples[("lagwatch_group_members", g)] == 0
     assert samples[("lagwatch_cluster_up", (("cluster", "test"),))] == 1
     assert (
@@ -215,4 +218,4 @@ def test_series_of_a_vanished_group_disappear_at_the_next_render() -> None:
     both = render([group("kept", committed={TP: 10}), group("gone", committed={TP: 20})])
     assert 'group="gone"' in both and 'group="kept"' in both
     after = render([group("kept", committed={TP: 10})])
-    assert 'group="gone"' not in after and 'lagwatch_group_lag_sum{cluster="c",group="kept"} 40' in after
+    assert 'group="gone"' not in after and 'lagwatch_group_lag{cluster="c",group="kept"} 40' in after

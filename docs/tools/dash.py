@@ -54,7 +54,7 @@ panels = [
     series_svg("Max lag (seconds)", f"max by (cluster, group) (lagwatch_group_lag_seconds_max{{{SEL}}})",
                lambda m: f"{m.get('cluster')} / {m.get('group')}", "s"),
     '<div class="row">'
-    + table("Groups ranked by lag (records)", f"topk(20, sum by (cluster, group) (lagwatch_group_topic_lag_sum{{{SEL_TOPIC}}}))",
+    + table("Groups ranked by lag (records)", f"topk(20, sum by (cluster, group) (lagwatch_group_topic_lag{{{SEL_TOPIC}}}))",
             ["cluster", "group"], lambda v: f"{v:,.0f}")
     + table("Nearest offset expiry", f"bottomk(20, lagwatch_group_offset_expiry_seconds{{{SEL}}})",
             ["cluster", "group"], dur)

@@ -204,7 +204,7 @@ def _escape(value: str) -> str:
 
 # In the order _cluster reads their values from a group's measure.
 _GROUP_GAUGES: tuple[tuple[str, str], ...] = (
-    ("group_lag_sum", "Records behind, all partitions"),
+    ("group_lag", "Records behind, all partitions (was lagwatch_group_lag_sum)"),
     ("group_lag_max", "Records behind, worst partition"),
     ("group_lag_seconds_max", "Seconds behind, worst partition"),
     ("group_catchup_eta_seconds", "Time to catch up at current rates"),
@@ -283,7 +283,7 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     group_gauges = [
         (family.lines.append, family.name) for family in (f.gauge(n, d, g_labels) for n, d in _GROUP_GAUGES)
     ]
-    topic_sum = f.gauge("group_topic_lag_sum", "Records behind on a topic", t_labels)
+    topic_sum = f.gauge("group_topic_lag", "Records behind on a topic (was lagwatch_group_topic_lag_sum)", t_labels)
     topic_max = f.gauge("group_topic_lag_max", "Records behind on a topic, worst partition", t_labels)
     topic_seconds = f.gauge("group_topic_lag_seconds_max", "Seconds behind on a topic, worst partition", t_labels)
     committed = f.gauge("partition_committed_offset", "Committed offset", p_labels)
@@ -293,7 +293,8 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     add_committed, add_lag, add_seconds = committed.lines.append, lag.lines.append, lag_seconds.lines.append
     committed_name, lag_name, seconds_name = committed.name, lag.name, lag_seconds.name
     isfinite = math.isfinite
-    exported_partitions: set[tuple[str, int]] = set()
+    exported_partitions: set[tuple[str, int]] = set()  # their log start and end are exported too
+    by_partition = rt.config.partition_metrics
     for i, group in enumerate(snap.groups):
         if i & 255 == 255:  # every 256 groups, the families' lines so far compressed (2,560 at 10 partitions)
             f.spill()
@@ -320,10 +321,12 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
             f.put(topic_sum, cgt, t.sum_lag)
             f.put(topic_max, cgt, t.max_lag)
             f.put(topic_seconds, cgt, seconds)
-        if not rt.config.partition_metrics.matches(g):
+        if not by_partition.groups.matches(g):  # off by default: group and topic series only
             continue
-        exported_partitions.update(m.lag.tps)  # TopicPartitions are (topic, partition) tuples
         for topic, rows in m.by_topic.items():
+            if not by_partition.topics.matches(topic):
+                continue
+            exported_partitions.update((topic, pm.partition.partition) for pm in rows)
             cgt = f'{cg},topic="{_escape(topic)}"'
             for pm in rows:  # f.put inlined: the offsets are ints (finite); this loop runs per group-partition
                 part = pm.partition
