@@ -412,3 +412,20 @@ def test_rings_shrink_to_a_smaller_keep_at_the_next_poll() -> None:
     assert all(len(r.values) == 22 and r.first == h.poll_times_first for r in rings)
     after = [(s.t, s.committed, s.log_end) for s in h.window(h.groups["g"].partitions[TP], TP, now - 300)]
     assert after[:-1] == before and after[-1] == (now + 30, 5, 170)
+
+
+def test_a_group_keeping_up_is_not_said_to_fall_behind_by_the_rates_noise() -> None:
+    """The demo's fast consumer, lag 10: 19.80 records/s consumed against 19.82 produced (its commits land in steps).
+    The API said falling_behind: true. A real shortfall still says it."""
+    from lagwatch.history import GroupMeasure
+    from lagwatch.lag import group_lag
+    from lagwatch.model import PartitionOffsets
+
+    lag = group_lag(group(committed={TP: 90}), {TP: PartitionOffsets(0, 100)})
+
+    def measure(produced: float, consumed: float) -> GroupMeasure:
+        return GroupMeasure(lag, (), None, False, produced, consumed, None, {}, (), ())
+
+    assert not measure(19.82, 19.80).falling_behind
+    assert measure(20.0, 15.0).falling_behind
+    assert not measure(20.0, 25.0).falling_behind

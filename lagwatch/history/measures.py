@@ -55,9 +55,16 @@ class GroupMeasure(NamedTuple):
 
     @property
     def falling_behind(self) -> bool:
+        """Consuming slower than producing, by more than the rates' own noise: a group that keeps up consumed
+        19.80 records/s against 19.82 produced (its commits land in steps) and the API said it fell behind. The
+        `falling_behind` rule, which pages, judges the lag's trend over its window instead."""
         if self.lag.sum_lag <= 0 or self.production_rate is None or self.consumption_rate is None:
             return False
-        return self.consumption_rate < self.production_rate
+        return self.production_rate - self.consumption_rate > FALLING_BEHIND_MARGIN * self.production_rate
+
+
+# Consumption this much below production (a fraction of it) is falling behind; less is the rates' noise.
+FALLING_BEHIND_MARGIN = 0.02
 
 
 def lag_seconds(
