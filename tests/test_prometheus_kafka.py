@@ -248,3 +248,15 @@ def test_the_charts_prometheus_rule_fires_on_real_metrics(stack: Stack) -> None:
     assert alert["metric"]["cluster"] == "kafka-test" and alert["metric"]["severity"] == "warning"
     # Its own health rules stay quiet: lagwatch is up and its cluster answers.
     assert query(stack.base, 'ALERTS{alertname=~"LagwatchClusterUnreachable|LagwatchNotificationsStuck"}') == []
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian's prometheus package)")
+def test_every_exported_name_follows_prometheus_naming_conventions(stack: Stack) -> None:
+    """`promtool check metrics` on the real /metrics of a daemon watching the real broker finds nothing:
+    `lagwatch_group_lag_sum` ended in `_sum`, which Prometheus keeps for summaries and histograms."""
+    wait_for(lambda: query(stack.base, "lagwatch_group_lag"), timeout=20, what="a poll's series")
+    with urllib.request.urlopen(stack.metrics_url, timeout=10) as response:
+        body = response.read()
+    assert b"lagwatch_group_lag{" in body and b"lagwatch_partition_lag{" in body  # the override's too
+    checked = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == b"", checked
