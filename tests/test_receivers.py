@@ -200,3 +200,38 @@ def test_a_storm_summary_never_delivered_is_sent_again_after_group_interval() ->
         b.apply("c", storm, frozenset(), t)
         sent += [(t, n.kind, n.storm.groups_firing if n.storm else None) for n in due(b, t)]
     assert sent == [(300, "update", 3)]
+
+
+def test_a_storm_whose_summaries_never_arrived_ends_without_a_resolved() -> None:
+    """Its first summary refused for good (`channel_not_found`), the groups caught up: a "[RESOLVED] alert storm"
+    was posted as a message of its own, for a storm the channel never saw."""
+    b = AlertBook(
+        AlertsConfig.model_validate({"group_wait_s": 0, "group_interval_s": 0, "storm_threshold": 2}), receivers=(CHAT,)
+    )
+    storm = [finding(f"g{i}", "warning") for i in range(3)]
+    b.apply("c", storm, frozenset(), 0)
+    (summary,) = b.due(0)
+    b.undelivered([summary])
+    b.apply("c", [], frozenset(), 10)
+    assert due(b, 10) == []
+
+
+def test_a_storms_end_given_up_is_told_again_and_its_reply_says_the_storm() -> None:
+    """The storm's "resolved" expired in an outage: nothing was sent after it, and the storm's message stayed red
+    for good. Its thread reply was empty, which Slack refuses (`no_text`) at every storm's end."""
+    from lagwatch.notify import render
+
+    b = AlertBook(
+        AlertsConfig.model_validate({"group_wait_s": 0, "group_interval_s": 0, "storm_threshold": 2}), receivers=(CHAT,)
+    )
+    storm = [finding(f"g{i}", "warning") for i in range(3)]
+    b.apply("c", storm, frozenset(), 0)
+    assert [n.kind for n in due(b, 0)] == ["firing"]  # delivered: the storm's message exists
+    b.apply("c", [], frozenset(), 10)
+    (end,) = b.due(10)
+    assert end.kind == "resolved" and end.storm is not None
+    assert "every alert group of the storm on c has resolved" in render.thread_text(end)
+    b.undelivered([end])  # too old, never delivered
+    (again,) = due(b, 20)
+    assert again.kind == "resolved" and again.storm is not None and again.group_key == end.group_key
+    assert due(b, 30) == []

@@ -212,6 +212,11 @@ class AlertBook:
         None once it is let go), or None if no saved memory changed. A group whose last "resolved" arrived, with
         nothing left in flight, is let go now (the next `due` makes it again if it has alerts: its memory is
         empty either way)."""
+        if n.storm is not None:
+            storm = self.storms.get(n.group_key)
+            if storm is not None:
+                storm.told = True  # its message exists: its end is owed
+            return None
         group = self.log.delivered(n)
         if group is None:
             return None
@@ -230,12 +235,20 @@ class AlertBook:
         from there, once group_interval is over (not at once)."""
         if not dropped:
             return
-        if dropped[0].storm is None:
+        first = dropped[0]
+        if first.storm is None:
             self.log.undelivered(dropped, self.alerts)
         else:
-            storm = self.storms.get(dropped[0].group_key)
+            storm = self.storms.get(first.group_key)
             if storm is not None:
                 storm.announced = {}  # nothing of it arrived: every group is news for the summary after group_interval
+            elif any(n.kind == NotificationKind.RESOLVED for n in dropped):
+                # Its end never arrived (too old after an outage): the storm is back, empty, so that its end is
+                # told again at the next `due` (its message stayed red for good).
+                last = dropped[-1]
+                self.storms[first.group_key] = Storm(
+                    first.group_key, first.receiver, first.storm.cluster, last_notified_at=last.created_at, told=True
+                )
         last = dropped[-1]
         group = self.groups.get(last.group_key)
         if group is not None:  # group_interval counts from the last decision, as if it had been sent
@@ -282,7 +295,15 @@ class AlertBook:
         names = {r.name for r in receivers}
         for row in raw.get("storms", []):
             # A storm saved before `announced` was kept: its members were all in its last summary.
-            storm = load("storms", row, lambda st: from_row(Storm, {"announced": dict(st.get("members") or {}), **st}))
+            # One saved before `told` was kept had its first summary decided, and most likely delivered.
+            storm = load(
+                "storms",
+                row,
+                lambda st: from_row(
+                    Storm,
+                    {"announced": dict(st.get("members") or {}), "told": bool(st.get("last_notified_at")), **st},
+                ),
+            )
             if storm is not None and storm.receiver in names:  # a receiver no longer configured: let go
                 book.storms[storm.key] = storm
         for row in raw.get("silences", []):

@@ -24,6 +24,9 @@ class Storm:
     last_notified_at: float = 0.0
     # The members as the last summary told them: a group new or worse since is news for the next summary.
     announced: dict[str, str] = field(default_factory=dict)
+    # A summary of it reached the receiver (its message exists): only then is its end told. A storm whose every
+    # summary was refused ended with a "resolved" posted as a message of its own, for a storm nobody saw.
+    told: bool = False
 
 
 def storm_key(receiver: str, cluster: str) -> str:
@@ -79,7 +82,7 @@ class StormDesk:
             storm.members = still
             if not still:
                 del self.storms[key]
-                if cfg.send_resolved:
+                if cfg.send_resolved and storm.told:
                     out.append(self._summary(storm, NotificationKind.RESOLVED, now))
                 continue
             since_last = now - storm.last_notified_at

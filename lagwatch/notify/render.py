@@ -205,7 +205,10 @@ def blocks(n: Notification, grafana_url: str | None = None) -> list[dict[str, An
 
 
 def thread_text(n: Notification) -> str:
-    """A thread reply's text (mrkdwn, escaped)."""
+    """A thread reply's text (mrkdwn, escaped); "" when there is nothing to say in one."""
+    if n.storm is not None:  # a storm's summary names no alerts: it says the storm (its end had an empty reply)
+        icon = ":white_check_mark: " if n.kind == NotificationKind.RESOLVED else ""
+        return slack_text(icon + storm_text(n), MAX_SECTION)
     if n.kind == NotificationKind.RESOLVED:
         ended = sorted({a.rule for a in n.alerts if not a.muted})
         muted = sorted({a.rule for a in n.alerts if a.muted} - set(ended))

@@ -297,8 +297,8 @@ class SlackNotifier:
             # Someone deleted the message (or it can no longer be edited): the news goes out as a new message,
             # which later updates and replies then follow. Its thread went with it, so no reply this time.
             return self._post(notification, key, ref["channel"], maybe_sent, text=text, blocks=blocks, **_NO_UNFURL)
-        if notification.kind in ("repeat", "resolved"):
-            reply = render.thread_text(notification)
+        reply = render.thread_text(notification) if notification.kind in ("repeat", "resolved") else ""
+        if reply:  # Slack refuses an empty text (`no_text`): counted a delivery refused for good
             self._post(notification, key + "|reply", ref["channel"], maybe_sent, thread_ts=ref["ts"], text=reply)
         return ref
 
