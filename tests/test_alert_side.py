@@ -199,3 +199,36 @@ def test_the_lake_without_pyarrow_is_a_config_error_naming_the_field(monkeypatch
     with pytest.raises(ConfigError, match=r"lake\.enabled: .*pyarrow.*pip install '\.\[spark\]'"):
         load_settings(lake={"enabled": True})
     assert not load_settings(lake={"enabled": False}).lake.enabled
+
+
+def test_alerts_regrouped_by_a_new_group_by_end_the_old_message_as_regrouped_and_go_on_in_their_own() -> None:
+    """`alerts.group_by` changed between two runs: the incident was posted again under the new group, and the old
+    message stayed red for good (its alerts were dropped from it quietly)."""
+    from lagwatch.notify import render
+
+    book = AlertBook(AlertsConfig(group_wait_s=0, group_interval_s=0))
+    book.apply("c", [finding("g", topic="t1"), finding("g", topic="t2")], frozenset(), NOW)
+    (first,) = book.due(NOW)
+    book.delivered(first)
+    finer = AlertsConfig(group_wait_s=0, group_interval_s=0, group_by=["cluster", "group", "topic"])
+    again = restart.restore(
+        finer,
+        saved(book),
+        book.receivers,
+        now=NOW + 60,
+        lost_state=False,
+        queued=[],
+        unread_queued=[],
+        labels_of=lambda a: (a.labels, a.key.removeprefix(a.rule)),
+        clusters=["c"],
+    ).book
+    notes = again.due(NOW + 60)
+    (old,) = [n for n in notes if n.group_key == first.group_key]
+    assert old.kind is NotificationKind.RESOLVED and render.outcome(old) == "regrouped"
+    assert all(a.regrouped and a.state is AlertState.RESOLVED for a in old.alerts) and len(old.alerts) == 2
+    assert "REGROUPED" in render.title(old) and "regrouped" in render.thread_text(old)
+    new = sorted((n.group_labels["topic"], n.kind) for n in notes if n.group_key != first.group_key)
+    assert new == [("t1", NotificationKind.FIRING), ("t2", NotificationKind.FIRING)]
+    for n in notes:
+        again.delivered(n)
+    assert again.due(NOW + 120) == [] and first.group_key not in again.groups

@@ -20,7 +20,7 @@ from lagwatch.alerts.nflog import AlertGroup, NotificationLog
 from lagwatch.alerts.records import EVERYONE, Alert, AlertState, Notification, NotificationKind, Receiver
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.alerts.storms import Storm, StormDesk, storm_key
-from lagwatch.model import Finding, from_row
+from lagwatch.model import Finding, Severity, from_row
 
 _NONE: frozenset[str] = frozenset()
 
@@ -139,6 +139,11 @@ class AlertBook:
                     for a in alerts
                     if a.key in told and a.key not in current and (a.state != AlertState.FIRING or a.key in live_keys)
                 ]
+                moved = self._regrouped(gkey, told, alerts) if len(told) > len(left) + len(current) else ()
+                if (
+                    moved
+                ):  # ended here, going on in another group: told so, not dropped quietly (its message stayed red)
+                    left += moved
                 kind = nflog.kind_due(self.config, told, group.last_notified_at.get(r), firing, current, left, now)
                 if kind is None:
                     # What else the receiver was told of is gone from the book: it leaves quietly.
@@ -158,7 +163,8 @@ class AlertBook:
                 # Alertmanager until its endsAt, 6 h) had them firing long after they ended. When their mute ends,
                 # they are news again: an update, or a new incident after a "resolved".
                 hushed = [a for a in alerts if a.key in muted and a.key in told] if muted else []
-                n = nflog.compose(self._next_id(), group, r, told, kind, firing, left, now, hushed)
+                regrouped = frozenset(a.key for a in moved)
+                n = nflog.compose(self._next_id(), group, r, told, kind, firing, left, now, hushed, regrouped)
                 out.append(n)
                 self.log.decided(group, r, n.id, current, now)
         for (r, cluster), firsts in starting.items():
@@ -172,6 +178,13 @@ class AlertBook:
         out += desk.due(now)
         self._let_go(by_group)
         return out
+
+    def _regrouped(self, gkey: str, told: dict[str, Severity], alerts: list[Alert]) -> list[Alert]:
+        """Alerts the receiver was told of in this group that are in the book under another group now: `group_by`
+        changed between two runs (the labels of an alert never change while it lives: a change makes a new one)."""
+        own = {a.key for a in alerts}
+        group_keys = self._group_keys
+        return [self.alerts[k] for k in told if k not in own and k in self.alerts and group_keys.get(k, gkey) != gkey]
 
     def _alerts_by_group(self) -> dict[str, list[Alert]]:
         """The book's alerts by alert group; groups new since the last `due` are made."""

@@ -225,9 +225,11 @@ def compose(
     left: list[Alert],
     now: float,
     muted: Sequence[Alert] = (),
+    regrouped: frozenset[str] = frozenset(),
 ) -> Notification:
     """The notification of one group for one receiver, given what it was `told` before: its firing alerts, worst
-    first, each marked with what the receiver had of it; then those ended for it."""
+    first, each marked with what the receiver had of it; then those ended for it (`regrouped`: keys of alerts that
+    left it for another group)."""
     hushed = {a.key for a in muted}
     # Ended for this receiver now, if not before (a pending alert, or one below its route, has no resolved_at),
     # at the severity it was told: a receiver that knows alerts by their severity (Alertmanager's labels) ends
@@ -239,6 +241,7 @@ def compose(
             severity=told.get(a.key, a.severity),
             resolved_at=a.resolved_at if a.state == AlertState.RESOLVED else now,
             muted=a.key in hushed,
+            regrouped=a.key in regrouped,
         )
         for a in sorted([*left, *muted], key=lambda a: a.key)
     ]

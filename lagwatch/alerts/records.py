@@ -106,6 +106,9 @@ class AlertRecord:
     previous_severity: Severity | None = None
     # Told as ended because it is silenced or inhibited, not because its condition is gone.
     muted: bool = False
+    # Told as ended here because it now belongs to another alert group (`alerts.group_by` changed between two
+    # runs): it goes on there, in a notification of its own.
+    regrouped: bool = False
 
     @classmethod
     def of(cls, alert: Alert, **changes: Any) -> AlertRecord:
@@ -127,6 +130,8 @@ class AlertRecord:
             out["previous_severity"] = self.previous_severity
         if self.muted:
             out["muted"] = True
+        if self.regrouped:
+            out["regrouped"] = True
         return out
 
     @classmethod

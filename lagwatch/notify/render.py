@@ -27,6 +27,7 @@ _ICON = {
     "info": ":large_blue_circle:",
     "resolved": ":white_check_mark:",
     "muted": ":zzz:",
+    "regrouped": ":arrow_right:",
 }
 
 
@@ -69,22 +70,28 @@ def _summary(a: AlertRecord, limit: int) -> str:
 
 def outcome(n: Notification) -> str:
     """What a notification says happened, in every notifier alike: its kind, but `muted` for a "resolved" whose
-    alerts all left the receiver's view silenced or inhibited (they still fire: it is no resolution)."""
-    if n.kind == NotificationKind.RESOLVED and n.alerts and all(a.muted for a in n.alerts):
-        return "muted"
+    alerts all left the receiver's view silenced or inhibited, and `regrouped` for one whose alerts went on in other
+    alert groups (`alerts.group_by` changed): they still fire, it is no resolution."""
+    if n.kind == NotificationKind.RESOLVED and n.alerts:
+        if all(a.muted for a in n.alerts):
+            return "muted"
+        if all(a.muted or a.regrouped for a in n.alerts):
+            return "regrouped"
     return n.kind.value
 
 
 def alert_state(a: AlertRecord) -> str:
     """An alert's state as a notification tells it: `muted` for one that left it silenced or inhibited."""
-    return "muted" if a.muted else a.state.value
+    return "muted" if a.muted else "regrouped" if a.regrouped else a.state.value
 
 
 def title(n: Notification) -> str:
     """Plain words (escaped by whoever shows them): the state and where."""
     names = (n.group_labels.get("cluster"), n.group_labels.get("group"))
     where = " / ".join(cut(v, NAME_IN_TEXT) for v in names if v) or cut(n.group_key, NAME_IN_TEXT)
-    state = {"resolved": "RESOLVED", "muted": "MUTED"}.get(outcome(n), n.severity_text.upper())
+    state = {"resolved": "RESOLVED", "muted": "MUTED", "regrouped": "REGROUPED"}.get(
+        outcome(n), n.severity_text.upper()
+    )
     if n.storm is not None:
         return f"{state}: alert storm on {n.storm.cluster}"
     return f"{state}: {where}"
@@ -147,7 +154,7 @@ def _alert_section(a: AlertRecord) -> dict[str, Any]:
     if a.state != AlertState.RESOLVED:
         mark = a.severity.value
     else:  # a muted one (silenced, inhibited) left the message, still firing
-        mark = ":zzz: muted" if a.muted else ":white_check_mark: resolved"
+        mark = ":zzz: muted" if a.muted else ":arrow_right: regrouped" if a.regrouped else ":white_check_mark: resolved"
     head = f"*{a.rule}* ({mark}): "
     tail = "\n".join(_figures(a))
     if a.runbook_url:  # the operator's URL, from the configuration: a link, with `|` and `>` kept out
@@ -210,11 +217,14 @@ def thread_text(n: Notification) -> str:
         icon = ":white_check_mark: " if n.kind == NotificationKind.RESOLVED else ""
         return slack_text(icon + storm_text(n), MAX_SECTION)
     if n.kind == NotificationKind.RESOLVED:
-        ended = sorted({a.rule for a in n.alerts if not a.muted})
+        ended = sorted({a.rule for a in n.alerts if not a.muted and not a.regrouped})
         muted = sorted({a.rule for a in n.alerts if a.muted} - set(ended))
+        moved = sorted({a.rule for a in n.alerts if a.regrouped} - set(ended) - set(muted))
         text = f":white_check_mark: Resolved: {', '.join(ended)}" if ended else ""
         if muted:  # still firing, silenced or inhibited: not resolved
             text += ("; " if text else "") + f":zzz: muted: {', '.join(muted)}"
+        if moved:  # still firing, told in another alert group's message now
+            text += ("; " if text else "") + f":arrow_right: regrouped (alerts.group_by changed): {', '.join(moved)}"
         return text
     parts, room = [], MAX_SECTION - 100
     for a in n.firing:

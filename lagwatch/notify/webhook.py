@@ -3,7 +3,7 @@
 The lagwatch webhook body (schema version 1):
   {"version": 1, "id", "kind": firing|update|repeat|resolved, "severity", "group_key", "group_labels": {...},
    "created_at": epoch seconds, "alerts": [{"rule", "severity", "state", "labels", "summary", "details",
-   "started_at", "fired_at", "resolved_at", "runbook_url"}],
+   "started_at", "fired_at", "resolved_at", "runbook_url", "muted", "regrouped"}],
    "storm": null, or for a storm summary {"cluster", "groups_firing", "alerts_by_rule": {...}, "worst_groups": [...]}}
 """
 
@@ -47,9 +47,13 @@ def lagwatch_body(n: Notification) -> dict[str, Any]:
         "group_key": n.group_key,
         "group_labels": dict(n.group_labels),
         "created_at": n.created_at,
-        # `muted`: the alert left this notification silenced or inhibited; it still fires (state says resolved
-        # for receivers that only know firing and resolved).
-        "alerts": [{**{k: _plain(getattr(a, k)) for k in _FIELDS}, "muted": a.muted} for a in n.alerts],
+        # `muted`: the alert left this notification silenced or inhibited; `regrouped`: it left for another alert
+        # group (alerts.group_by changed). It still fires in both (state says resolved for receivers that only know
+        # firing and resolved).
+        "alerts": [
+            {**{k: _plain(getattr(a, k)) for k in _FIELDS}, "muted": a.muted, "regrouped": a.regrouped}
+            for a in n.alerts
+        ],
         "storm": None if n.storm is None else n.storm.to_json(),
     }
 
@@ -69,6 +73,8 @@ def alertmanager_body(n: Notification, hold_s: float) -> list[dict[str, Any]]:
     """Firing alerts hold for `hold_s` unless lagwatch sends them again; resolved ones end at their resolution."""
     out = []
     for a in n.alerts:
+        if a.regrouped:  # it fires on, pushed by its new group: ended here, Alertmanager would resolve it
+            continue
         ends = a.resolved_at if a.state == AlertState.RESOLVED and a.resolved_at else n.created_at + hold_s
         annotations = {"summary": a.summary}
         if a.runbook_url:
