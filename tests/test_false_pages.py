@@ -1349,3 +1349,15 @@ def test_a_stall_firing_before_an_outage_stays_one_incident_through_it() -> None
     _sink_through_an_outage(p, hang_after=50)  # hung from 0 s on: firing before the outage at 212 s
     stalled = [(n.kind, a.state) for n in p.sent for a in n.alerts if a.rule == "stalled"]
     assert stalled == [("firing", "firing")], stalled
+
+
+def test_a_consumer_keeping_up_within_the_rates_noise_is_not_falling_behind() -> None:
+    """The demo's fast consumer: 19.8 records/s consumed against 19.8 produced, its lag 5 growing to 7 over the
+    window as commits land in steps. `falling_behind` paged it (warning) and resolved 35 s later."""
+    p = pipeline(lag={"enabled": False})
+    end = committed = 0
+    for i, t in enumerate(times(0, 300)):
+        end += 198  # 19.8/s at a 10-s poll
+        committed = end - 5 - i // 3  # keeps up, but for a record every third poll: its lag creeps up
+        p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
+    assert "falling_behind" not in {r for _, rs in notified(p) for r in rs}

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold, trusted_cadence
+from lagwatch.history.measures import FALLING_BEHIND_MARGIN
 from lagwatch.model import Finding, GroupKind, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
@@ -585,6 +586,11 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         return
     middle = max((row for row in series if row[0] <= ctx.now - window / 2), key=lambda row: row[0])
     (_, first_lag, _), (_, mid_lag, mid_committed), (_, last_lag, last_committed) = series[0], middle, series[-1]
+    if (last_lag - first_lag) < FALLING_BEHIND_MARGIN * m.production_rate * (series[-1][0] - series[0][0]):
+        # Grown by less than a sliver of what was produced meanwhile: commits landing in steps, not a consumer
+        # too slow (the demo's fast consumer, 19.8/s against 19.8/s, its lag 5 growing to 7 in a minute, was paged
+        # and resolved 35 s later).
+        return
     if not first_lag < mid_lag < last_lag or last_committed <= mid_committed or _longest_pause(series) >= window / 2:
         # Steadily, too: a consumer that hung for most of the window and committed again just now averaged
         # "0.2/s while 19.8/s arrive", fired, and resolved a poll later as it caught up (a hang is `stalled`'s).
