@@ -398,9 +398,14 @@ class Daemon:
                 self._flush(self.clock())
         for kind, count in runtime.unwatched_news(snapshot.unwatched_groups).items():
             log.warning(
-                f"{count} {kind} group(s) on this cluster are not watched: this lagwatch does not read their lag "
-                f"yet (see /api/v1/clusters and lagwatch_groups_unwatched)",
+                f"{count} {kind} group(s) on this cluster are not watched: lagwatch cannot read them here "
+                f"(see /api/v1/clusters and lagwatch_groups_unwatched)",
                 extra={"cluster": name, "group_type": kind, "groups": count},
+            )
+        for spot, why in runtime.blind_spot_news(snapshot.blind_spots).items():
+            log.warning(
+                f"on this cluster, {why} (see /api/v1/clusters and lagwatch_blind_spot)",
+                extra={"cluster": name, "blind_spot": spot},
             )
         findings = len(evaluation.findings)
         runtime.polls += 1

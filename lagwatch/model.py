@@ -50,6 +50,7 @@ class GroupKind(StrEnum):
     SIMPLE = "simple"  # assign() + commit: no members, protocol type ""
     CONSUMER = "consumer"  # KIP-848 group (group.protocol=consumer)
     STREAMS = "streams"  # KIP-1071 group (Kafka Streams, group.protocol=streams; Kafka 4.2+)
+    SHARE = "share"  # KIP-932 share group (a queue: records acquired and acknowledged one by one; Kafka 4.1+)
     OTHER = "other"  # another protocol on the classic coordinator, e.g. Kafka Connect
     CHECKPOINT = "checkpoint"  # a Spark Structured Streaming query: offsets in its checkpoint, never in Kafka
     UNKNOWN = "unknown"  # the broker did not say (error, or too old to tell)
@@ -76,6 +77,19 @@ class CommittedOffset(NamedTuple):
     metadata: str = ""
 
 
+class ShareOffset(NamedTuple):
+    """A share-partition as its group coordinator describes it (DescribeShareGroupOffsets), as Kafka's
+    `kafka-share-groups --describe --offsets` shows it: START-OFFSET and LAG, None where it shows "-".
+
+    The start offset (SPSO) is the first record not yet delivered to completion; it is no measure of progress (it
+    stayed 0 while 400 records after it were accepted). The lag is the broker's (KIP-1226, Kafka 4.2+): records
+    not delivered to completion (available, acquired and not acknowledged, released), None before 4.2 and for a
+    partition no consumer has fetched from yet."""
+
+    start_offset: int | None
+    lag: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionOffsets:
     """Where a partition's log starts and ends; None where the broker did not tell."""
@@ -99,8 +113,12 @@ class GroupSnapshot:
     kind: GroupKind
     coordinator_id: int | None
     members: tuple[Member, ...] = ()
+    # A share group's `committed` holds, per partition where the broker gives its lag, the position that lag
+    # leaves: log end - lag, the records delivered to completion as if in order. Lag, history and rules then read
+    # a queue as they read a consumer group; `share_offsets` is what its coordinator said.
     committed: Mapping[TopicPartition, CommittedOffset] = field(default_factory=dict)
     error: str | None = None  # set when this group could not be read this poll; the others are unaffected
+    share_offsets: Mapping[TopicPartition, ShareOffset] = field(default_factory=dict)
 
     def member_of(self) -> dict[TopicPartition, Member]:
         return {tp: m for m in self.members for tp in m.assignment}
@@ -153,8 +171,12 @@ class ClusterSnapshot:
     record_times: Mapping[tuple[TopicPartition, int], float] = field(default_factory=dict)
     # Topics the previous poll saw that no longer exist: their committed offsets were deleted with them.
     missing_topics: frozenset[str] = frozenset()
-    # Groups the filter takes that this lagwatch cannot watch yet, by group type (share): said, never silent.
+    # Groups the filter takes that lagwatch cannot watch on this cluster, by group type (share groups where the
+    # brokers lack their APIs): said, never silent.
     unwatched_groups: Mapping[str, int] = field(default_factory=dict)
+    # What lagwatch cannot see on this cluster, and why, by a short name (share_lag: brokers before Kafka 4.2 do
+    # not report share groups' lag): said once, in the log, /api/v1/clusters and lagwatch_blind_spot.
+    blind_spots: Mapping[str, str] = field(default_factory=dict)
     error: str | None = None
     error_kind: str | None = None  # unreachable | auth_failed | timeout | error
 

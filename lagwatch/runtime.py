@@ -39,12 +39,19 @@ class ClusterRuntime:
     history_write_started: float = 0.0  # time.monotonic() when it was handed to the writer
 
     unwatched_said: set[str] = field(default_factory=set)  # group types whose unwatched groups were logged
+    blind_spots_said: set[str] = field(default_factory=set)  # the cluster's blind spots logged (by name)
 
     def unwatched_news(self, unwatched: Mapping[str, int]) -> dict[str, int]:
         """The group types of `unwatched` (type -> groups) not said before: each is logged once per run, not at
         every poll."""
         news = {kind: n for kind, n in unwatched.items() if n and kind not in self.unwatched_said}
         self.unwatched_said |= set(news)
+        return news
+
+    def blind_spot_news(self, spots: Mapping[str, str]) -> dict[str, str]:
+        """The blind spots (name -> why) not said before: each is logged once per run, not at every poll."""
+        news = {spot: why for spot, why in spots.items() if spot not in self.blind_spots_said}
+        self.blind_spots_said |= set(news)
         return news
 
     def history_write_hung_s(self, now_monotonic: float) -> float | None:

@@ -28,8 +28,20 @@ def bootstrap(kafka_libs: Path) -> Iterator[str]:
     if external:
         yield external
         return
-    with LocalBroker(kafka_version=KAFKA_VERSION) as broker:
+    with LocalBroker(kafka_version=KAFKA_VERSION, settings=TEST_BROKER_SETTINGS) as broker:
         yield broker.bootstrap
+
+
+# A share consumer killed leaves its group once its session times out: 45 s at the least by default, 6 s here; the
+# records a hung one holds are known to Kafka once their acquisition lock runs out: 15 s at the least, 5 s here
+# (brokers that have no share groups ignore these).
+TEST_BROKER_SETTINGS = {
+    "group.share.min.record.lock.duration.ms": "5000",
+    "group.share.min.session.timeout.ms": "6000",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.heartbeat.interval.ms": "2000",
+}
 
 
 def unique(prefix: str) -> str:

@@ -247,3 +247,59 @@ def streams_app(libs: Path, streams: Path, bootstrap: str, app_id: str, topic: s
     """The command line of tests/clients/WordApp.java: a Kafka Streams application in a KIP-1071 streams group."""
     source = Path(__file__).parent / "clients" / "WordApp.java"
     return ["java", "-Xmx256m", "-cp", f"{libs}/*:{streams}/*", str(source), bootstrap, app_id, topic, str(sleep_ms)]
+
+
+# -- share groups (KIP-932) ------------------------------------------------------------------------------------
+
+
+def enable_share_groups(libs: Path, bootstrap: str, version: str) -> None:
+    """Share groups are off by default before Kafka 4.2: switched on as documented (kafka-features, share.version=1)."""
+    from lagwatch.devbroker import run_kafka_tool
+
+    if tuple(int(x) for x in version.split(".")[:2]) >= (4, 2):
+        return
+    feature = ("org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap)
+    described = run_kafka_tool(libs, *feature, "describe")
+    if not any("share.version" in line and "FinalizedVersionLevel: 1" in line for line in described.splitlines()):
+        run_kafka_tool(libs, *feature, "upgrade", "--feature", "share.version=1")
+
+
+def share_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """A share group's own settings (share.auto.offset.reset, share.record.lock.duration.ms): an alter of the GROUP
+    config resource, which may precede the group."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    client = admin(bootstrap)
+    try:
+        client.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs=configs)], raise_on_unknown=False)
+    finally:
+        client.close()
+
+
+def console_share_consumer(libs: Path, bootstrap: str, topic: str, group: str, *extra: str) -> None:
+    """Kafka's own console share consumer in `group`: reads what it is given (`--max-messages N`, or until
+    `--timeout-ms`) and leaves."""
+    command = java_command(
+        libs,
+        "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+        *("--bootstrap-server", bootstrap, "--topic", topic, "--group", group, *extra),
+    )
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+
+
+def queue_worker(libs: Path, bootstrap: str, group: str, topic: str, sleep_ms: int, hang_after: int = 0) -> list[str]:
+    """The command line of tests/clients/QueueWorker.java: a share consumer that accepts each record after
+    `sleep_ms`, and with `hang_after` stops polling after that many records, holding the ones it acquired."""
+    source = Path(__file__).parent / "clients" / "QueueWorker.java"
+    return [
+        "java",
+        "-Xmx128m",
+        "-cp",
+        f"{libs}/*",
+        str(source),
+        bootstrap,
+        group,
+        topic,
+        str(sleep_ms),
+        str(hang_after),
+    ]

@@ -1,11 +1,18 @@
-"""Share groups (KIP-932, Kafka 4.1+) on the real broker: this lagwatch does not read their lag yet, and says so,
-once, in the log, in /api/v1/clusters and in a metric, rather than leaving a work queue's consumers unwatched
-without a word (`check` listed only the classic group beside a share group that `kafka-share-groups` showed)."""
+"""Share groups (KIP-932, Kafka 4.1+) on the real broker, with Kafka's own console share consumer and a small share
+consumer (tests/clients/QueueWorker.java). lagwatch skipped them: `check` listed only the classic group beside a
+share group that `kafka-share-groups` showed, and a work queue moved to a share group lost its alerts. They are
+read with ShareGroupDescribe and DescribeShareGroupOffsets (one of each per coordinator, whatever their number),
+shown as Kafka's tool shows them, and judged as queues: `stopped` when nobody consumes, `stalled` when members hold
+records and deliver none."""
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +20,12 @@ import pytest
 from lagwatch.collect import ClusterPoller
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
+from lagwatch.devbroker import run_kafka_tool
+from lagwatch.model import ClusterSnapshot, GroupKind
 from lagwatch.serve import views
 from tests import kafka_scenario
-from tests.conftest import KAFKA_VERSION, unique, wait_for
+from tests.conftest import KAFKA_VERSION, run_lagwatch, unique, wait_for
+from tests.live import Recorder
 
 pytestmark = [
     pytest.mark.kafka,
@@ -24,54 +34,237 @@ pytestmark = [
     ),
 ]
 
+LAG_REPORTED = tuple(int(x) for x in KAFKA_VERSION.split(".")[:2]) >= (4, 2)  # KIP-1226
+EARLIEST = {"share.auto.offset.reset": "earliest"}
 
-def test_share_groups_are_said_unwatched_once(
-    bootstrap: str, kafka_libs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    prefix = unique("share")
-    topic, share_group, classic = f"{prefix}-t", f"{prefix}-queue", f"{prefix}-classic"
-    kafka_scenario.create_topic(bootstrap, topic, 1)
-    kafka_scenario.produce(bootstrap, topic, {0: 20})
-    # Kafka's own console share consumer joins the share group, reads what it is given, and leaves.
-    share_consumer = kafka_scenario.java_command(
-        kafka_libs,
-        "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
-        *("--bootstrap-server", bootstrap, "--topic", topic, "--group", share_group, "--timeout-ms", "5000"),
+
+@pytest.fixture(scope="module")
+def shares(bootstrap: str, kafka_libs: Path) -> str:
+    kafka_scenario.enable_share_groups(kafka_libs, bootstrap, KAFKA_VERSION)
+    return bootstrap
+
+
+def _worker(
+    libs: Path, bootstrap: str, group: str, topic: str, sleep_ms: int, hang_after: int = 0
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        kafka_scenario.queue_worker(libs, bootstrap, group, topic, sleep_ms, hang_after),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
-    subprocess.run(share_consumer, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+
+
+def _wait_line(process: subprocess.Popen[str], word: str, timeout: float = 60) -> None:
+    """Reads the worker's output until a line starting with `word` (on a thread: readline blocks)."""
+    seen = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(word):
+                seen.set()
+                break
+
+    threading.Thread(target=read, daemon=True).start()
+    assert seen.wait(timeout), f"the share consumer never said {word!r}"
+
+
+def _kafka_share_groups(libs: Path, bootstrap: str, group: str) -> dict[tuple[str, str, int], tuple[str, ...]]:
+    """`kafka-share-groups --describe --offsets`: GROUP TOPIC PARTITION START-OFFSET LAG (no LAG before 4.2)."""
+    out = run_kafka_tool(
+        libs,
+        "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+        *("--bootstrap-server", bootstrap, "--describe", "--offsets", "--group", group),
+    )
+    rows = [line.split() for line in out.splitlines() if line.startswith(group + " ")]
+    return {(g, topic, int(partition)): tuple(rest) for g, topic, partition, *rest in rows}
+
+
+def test_share_groups_are_read_with_kafkas_own_figures(shares: str, kafka_libs: Path, tmp_path: Path) -> None:
+    bootstrap = shares
+    prefix = unique("share")
+    topic = f"{prefix}-t"
+    done, fresh, held, classic = (f"{prefix}-{name}" for name in ("done", "fresh", "held", "classic"))
+    kafka_scenario.create_topic(bootstrap, topic, 3)
+    kafka_scenario.produce(bootstrap, topic, {0: 400, 1: 350, 2: 250})
+    for group in (done, held):
+        kafka_scenario.share_group_config(bootstrap, group, EARLIEST)
+    # Reads 700 records and leaves; `fresh` starts at the log end (the default) and never gets a record.
+    kafka_scenario.console_share_consumer(kafka_libs, bootstrap, topic, done, "--max-messages", "700")
+    kafka_scenario.console_share_consumer(kafka_libs, bootstrap, topic, fresh, "--timeout-ms", "3000")
+    worker = _worker(kafka_libs, bootstrap, held, topic, sleep_ms=0, hang_after=25)  # holds what it took
     consumer = kafka_scenario.assigned_consumer(bootstrap, classic, [kafka_scenario.TopicPartition(topic, 0)])
     kafka_scenario.commit(consumer, {kafka_scenario.TopicPartition(topic, 0): 5})
     consumer.close()
-
-    config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
-    poller = ClusterPoller("share", config)
     try:
-        snapshot = wait_for(
-            lambda: (s := poller.poll()).ok and s.unwatched_groups and s,
-            timeout=30,
-            what="the share group listed",
+        _wait_line(worker, "hung")
+        kafka_scenario.produce(bootstrap, topic, {0: 30})
+        config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
+        poller = ClusterPoller("share", config)
+        try:
+            snapshot: ClusterSnapshot = wait_for(
+                lambda: (s := poller.poll()).ok and len(s.groups) == 4 and s, timeout=30, what="every group"
+            )
+        finally:
+            poller.close()
+        kinds = {g.group_id: g.kind for g in snapshot.groups}
+        assert kinds == {
+            done: GroupKind.SHARE,
+            fresh: GroupKind.SHARE,
+            held: GroupKind.SHARE,
+            classic: GroupKind.SIMPLE,
+        }
+        assert all(g.error is None for g in snapshot.groups)
+        # One request of each per coordinator for the three share groups, which stay out of OffsetFetch.
+        assert snapshot.requests["ShareGroupDescribe"] == 1 and snapshot.requests["DescribeShareGroupOffsets"] == 1
+        assert snapshot.requests["OffsetFetch"] == 1
+        (member,) = next(g for g in snapshot.groups if g.group_id == held).members
+        assert sorted(member.assignment) == [(topic, 0), (topic, 1), (topic, 2)]
+        assert member.client_id == f"queue-worker-{held}"
+        if LAG_REPORTED:
+            assert snapshot.blind_spots == {}
+        else:
+            assert set(snapshot.blind_spots) == {"share_lag"}
+
+        # `check --output json` row by row against Kafka's own tool, for each share group.
+        checked = run_lagwatch("check", "--bootstrap-server", bootstrap, "--group", f"{prefix}-.*", "--output", "json")
+        assert checked.returncode == 0, checked.stderr
+        ours: dict[tuple[str, str, int], tuple[str, ...]] = {}
+        for row in json.loads(checked.stdout):
+            if row["group_kind"] != "share":
+                continue
+            start = "-" if row["start_offset"] is None else str(row["start_offset"])
+            if LAG_REPORTED:
+                assert row["lag_source"] in ("broker", None)
+                ours[(row["group"], row["topic"], row["partition"])] = (
+                    start,
+                    "-" if row["lag"] is None else str(row["lag"]),
+                )
+            else:  # Kafka 4.1's tool prints no LAG; lagwatch's is an upper bound, and says so
+                assert row["lag_source"] in ("estimated", None)
+                ours[(row["group"], row["topic"], row["partition"])] = (start,)
+        theirs: dict[tuple[str, str, int], tuple[str, ...]] = {}
+        for group in (done, fresh, held):
+            theirs.update(_kafka_share_groups(kafka_libs, bootstrap, group))
+        assert ours == theirs
+        assert {key[0] for key in ours} >= {done, held}
+        if LAG_REPORTED:
+            # The 700 delivered and left: what waits is what the broker says, not log end - start offset.
+            assert sum(int(lag) for (g, _, _), (_, lag) in ours.items() if g == done and lag != "-") == 1030 - 700
+        table = run_lagwatch("check", "--bootstrap-server", bootstrap, "--group", f"{prefix}-.*")
+        assert table.returncode == 0, table.stderr
+        assert "share groups:" in table.stdout and "START-OFFSET" in table.stdout
+        assert ("(estimated)" in table.stdout) is not LAG_REPORTED
+    finally:
+        worker.kill()
+        worker.wait(10)
+
+    if not LAG_REPORTED:  # said once: in the log, /api/v1/clusters and a metric
+        settings = load_settings(state_dir=tmp_path / "state", http={"enabled": False})
+        daemon = Daemon(settings, clusters={"share": config}, notifiers={})
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = records.append  # type: ignore[method-assign]
+        logging.getLogger("lagwatch").addHandler(handler)
+        try:
+            for _ in range(3):
+                daemon.poll_cluster("share")
+            said = [r.getMessage() for r in records if "share groups' lag" in r.getMessage()]
+            assert len(said) == 1
+            assert "share_lag" in views.cluster_view(daemon.clusters["share"])["blind_spots"]
+            daemon.render_metrics()
+            assert b'lagwatch_blind_spot{cluster="share",what="share_lag"} 1' in daemon.metrics_body()
+        finally:
+            logging.getLogger("lagwatch").removeHandler(handler)
+            daemon.stop()
+
+
+@pytest.mark.skipif(not LAG_REPORTED, reason="share-group lag is reported from Kafka 4.2 (KIP-1226)")
+def test_a_dead_and_a_hung_queue_consumer_page_and_healthy_ones_do_not(
+    shares: str, kafka_libs: Path, tmp_path: Path
+) -> None:
+    bootstrap = shares
+    prefix = unique("queue")
+    names = ("healthy", "idle", "hung", "dead")
+    topics = {name: f"{prefix}-{name}-t" for name in names}
+    groups = {name: f"{prefix}-{name}" for name in names}
+    for name in names:
+        kafka_scenario.create_topic(bootstrap, topics[name], 1)
+        kafka_scenario.share_group_config(
+            bootstrap, groups[name], {**EARLIEST, "share.record.lock.duration.ms": "5000"}
         )
-    finally:
-        poller.close()
-    assert snapshot.unwatched_groups == {"share": 1}
-    assert [g.group_id for g in snapshot.groups] == [classic]  # watched: the classic one
-    from lagwatch.check import render_table
-    from lagwatch.lag import group_lag
+    kafka_scenario.produce(bootstrap, topics["idle"], {0: 20})
+    kafka_scenario.produce(bootstrap, topics["hung"], {0: 200})
+    kafka_scenario.produce(bootstrap, topics["dead"], {0: 2000})
+    workers = {
+        "healthy": _worker(kafka_libs, bootstrap, groups["healthy"], topics["healthy"], sleep_ms=0),
+        "idle": _worker(kafka_libs, bootstrap, groups["idle"], topics["idle"], sleep_ms=0),
+        "hung": _worker(kafka_libs, bootstrap, groups["hung"], topics["hung"], sleep_ms=0, hang_after=15),
+        "dead": _worker(kafka_libs, bootstrap, groups["dead"], topics["dead"], sleep_ms=20),
+    }
+    stop = threading.Event()
 
-    table = render_table(snapshot, [group_lag(g, snapshot.partitions) for g in snapshot.groups])
-    assert "and 1 share group(s) this lagwatch does not watch yet" in table
+    def produce() -> None:  # the healthy queue gets 20 records a second, all taken at once
+        producer = kafka_scenario.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        while not stop.wait(0.05):
+            producer.send(topics["healthy"], b"x")
+        producer.close()
 
-    caplog.set_level(logging.INFO)
-    settings = load_settings(state_dir=tmp_path / "state", http={"enabled": False})
-    daemon = Daemon(settings, clusters={"share": config}, notifiers={})
+    producing = threading.Thread(target=produce, daemon=True)
+    producing.start()
+    record = Recorder()
+    window = {"window_s": 10, "for_s": 0}
+    settings = load_settings(
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        rules={
+            "lag": {"warning": {"offsets": 100_000}, "for_s": 0},
+            "stalled": window,
+            "stopped": window,
+            "falling_behind": window,
+        },
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+    )
+    config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
+    daemon = Daemon(settings, clusters={"queues": config}, notifiers={"record": record})
+    daemon.dispatcher.start()
     try:
-        for _ in range(3):
-            daemon.poll_cluster("share")
-        said = [r.getMessage() for r in caplog.records if "not watched" in r.getMessage()]
-        assert said == ["1 share group(s) on this cluster are not watched: this lagwatch does not read their lag "
-                        "yet (see /api/v1/clusters and lagwatch_groups_unwatched)"]  # fmt: skip
-        assert views.cluster_view(daemon.clusters["share"])["unwatched_groups"] == {"share": 1}
-        daemon.render_metrics()
-        assert b'lagwatch_groups_unwatched{cluster="share",type="share"} 1' in daemon.metrics_body()
+        _wait_line(workers["hung"], "hung")
+        _wait_line(workers["dead"], "took")
+        workers["dead"].send_signal(signal.SIGKILL)  # its member stays until its session times out (6 s here)
+        workers["dead"].wait(10)
+        started = time.monotonic()
+
+        paged_after: dict[str, float] = {}
+
+        def paged() -> bool:
+            daemon.poll_cluster("queues")
+            for name in ("hung", "dead"):
+                if name not in paged_after and record.kinds(groups[name]):
+                    paged_after[name] = time.monotonic() - started
+            return len(paged_after) == 2
+
+        # The hung consumer's records stay unknown (start offset and lag "-": Kafka persists nothing) until their
+        # acquisition lock runs out (share.record.lock.duration.ms: 30 s by default, 5 s here); then the window.
+        wait_for(paged, timeout=90, interval=1, what="the hung and the dead queue paged")
+        for _ in range(5):  # and a few polls more, in which the healthy ones must stay quiet
+            daemon.poll_cluster("queues")
+            time.sleep(1)
+        snapshot = daemon.clusters["queues"].latest
+        assert snapshot is not None
+        kinds = {g.group_id: (g.kind, len(g.members)) for g in snapshot.groups}
     finally:
+        stop.set()
         daemon.stop()
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
+    assert kinds[groups["healthy"]] == (GroupKind.SHARE, 1) and kinds[groups["dead"]] == (GroupKind.SHARE, 0)
+    assert record.kinds(groups["hung"]) == [("firing", ("stalled",))]
+    assert record.kinds(groups["dead"]) == [("firing", ("stopped",))]
+    assert record.kinds(groups["healthy"]) == [] and record.kinds(groups["idle"]) == []
+    # The dead one: the session's 6 s, the 10-s window, and a poll or two (polls take 1-3 s on two loaded cores).
+    assert paged_after["dead"] < 6 + 10 + 8, paged_after
+    assert paged_after["hung"] < 5 + 10 + 8, paged_after

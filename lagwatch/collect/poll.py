@@ -1,8 +1,10 @@
 """One poll of one cluster -> one immutable ClusterSnapshot.
 
 Requests per poll: ListGroups per broker, FindCoordinator once (only for groups whose coordinator is not
-known yet), DescribeGroups and OffsetFetch per coordinator, one Metadata, ListOffsets per leader and spec,
-and DescribeConfigs per broker when the broker settings are due. None of it grows with the number of groups.
+known yet), DescribeGroups and OffsetFetch per coordinator (ConsumerGroupDescribe, StreamsGroupDescribe, and
+ShareGroupDescribe with DescribeShareGroupOffsets, where it coordinates such groups), one Metadata, ListOffsets
+per leader and spec, and DescribeConfigs per broker when the broker settings are due. None of it grows with the
+number of groups.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kafka.protocol.consumer import OffsetSpec
 
 from lagwatch.collect.checkpoints import checkpoint_group
 from lagwatch.collect.client import open_admin, translate
+from lagwatch.collect.kip848 import DescribeShareGroupOffsetsRequest, ShareGroupDescribeRequest
 from lagwatch.collect.wire import (
     COORDINATOR_ERRORS,
     READ_COMMITTED,
@@ -44,10 +47,20 @@ from lagwatch.model import (
 
 _RETENTION = "offsets.retention.minutes"
 _CHECK_INTERVAL = "offsets.retention.check.interval.ms"
-# Group types this lagwatch does not watch yet (KIP-932 share groups: their lag comes from
-# DescribeShareGroupOffsets, not OffsetFetch). Counted and said (ClusterSnapshot.unwatched_groups), never silent:
-# a team that moved a work queue to a share group lost its alerts without a word.
-_SKIPPED_GROUP_TYPES = {"share"}
+# Said of a cluster whose brokers list share groups but cannot describe them (ShareGroupDescribe v1 is Kafka 4.1's):
+# they are counted (ClusterSnapshot.unwatched_groups), never left out without a word.
+SHARE_UNREADABLE = (
+    "share groups are listed, but these brokers do not describe them (ShareGroupDescribe v1 and "
+    "DescribeShareGroupOffsets need Kafka 4.1 or later): they are not watched"
+)
+# Said of a cluster whose brokers describe share groups but do not report their lag (DescribeShareGroupOffsets v1,
+# KIP-1226, is Kafka 4.2's). Log end - start offset is no lag: a start offset stays put while the records after it
+# are accepted (930 against a real 330, on 4.1.2), so lagwatch pages nothing on it.
+SHARE_LAG_UNREPORTED = (
+    "these brokers do not report share groups' lag (DescribeShareGroupOffsets v1 is Kafka 4.2's): share groups are "
+    "described, their start offsets shown and their lag estimated as an upper bound (log end - start offset) in "
+    "`check` and the API, and no lag rule judges them"
+)
 
 
 def classify(protocol_type: str, group_type: str | None) -> GroupKind:
@@ -55,6 +68,8 @@ def classify(protocol_type: str, group_type: str | None) -> GroupKind:
         return GroupKind.CONSUMER
     if group_type == "streams":
         return GroupKind.STREAMS
+    if group_type == "share":
+        return GroupKind.SHARE
     if protocol_type == "consumer":
         return GroupKind.CLASSIC
     if protocol_type == "":
@@ -80,6 +95,7 @@ class ClusterPoller:
         self._known: dict[str, ListedGroup] = {}
         self._previous_topics: set[str] = set()
         self.unwatched_groups: dict[str, int] = {}  # of the last ListGroups, by group type
+        self.blind_spots: dict[str, str] = {}  # of the last poll: what lagwatch cannot see here, and why
         self._brokers: tuple[BrokerSettings, ...] = ()
         self._brokers_read_at = float("-inf")
         # Read again after a poll that failed (the cluster may have been restarted with other settings) and when a
@@ -134,6 +150,7 @@ class ClusterPoller:
                 record_times=record_times,
                 missing_topics=missing,
                 unwatched_groups=self.unwatched_groups,
+                blind_spots=self.blind_spots,
             )
         except Exception as e:
             self._brokers_stale = True
@@ -180,6 +197,7 @@ class ClusterPoller:
         for g in groups:
             seen.update(g.committed)
             seen.update(g.member_of())
+            seen.update(g.share_offsets)
         needed = sorted(tp for tp in seen if kept(tp.topic))
         partitions, leaders, missing = self._log_offsets(wire, needed)
         # Topic filters apply to what a group shows as well as to what lagwatch asks for (nothing to take out of
@@ -187,6 +205,8 @@ class ClusterPoller:
         if len(needed) != len(seen):
             groups = tuple(_only_topics(g, kept) for g in groups)
         partitions = self._control_tails(wire, groups, partitions, leaders)
+        if answers.share_offsets:
+            groups = tuple(_share_positions(g, partitions) if g.kind is GroupKind.SHARE else g for g in groups)
         return groups, partitions, self._record_times(wire, groups, partitions, leaders), missing
 
     def _control_tails(
@@ -266,14 +286,26 @@ class ClusterPoller:
             if len(failed) == len(broker_ids):
                 raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
         watched, unwatched = {}, Counter[str]()
+        shares_readable: bool | None = None  # asked of the brokers' versions only where a share group is listed
         for g in listed:
             if not self.config.groups.matches(g.group_id):
                 continue
-            if g.group_type in _SKIPPED_GROUP_TYPES:
-                unwatched[g.group_type] += 1
-            else:
-                watched[g.group_id] = g
+            if g.group_type == "share":
+                if shares_readable is None:
+                    shares_readable = wire.supports(ShareGroupDescribeRequest, 1) and wire.supports(
+                        DescribeShareGroupOffsetsRequest
+                    )
+                if not shares_readable:
+                    unwatched[g.group_type] += 1
+                    continue
+            watched[g.group_id] = g
         self.unwatched_groups = dict(unwatched)
+        spots = {}
+        if unwatched:
+            spots["share_groups"] = SHARE_UNREADABLE
+        elif shares_readable and not wire.supports(DescribeShareGroupOffsetsRequest, 1):
+            spots["share_lag"] = SHARE_LAG_UNREPORTED
+        self.blind_spots = spots
         return watched
 
     def _read_groups(self, wire: Wire, listed: dict[str, ListedGroup]) -> GroupAnswers:
@@ -281,7 +313,9 @@ class ClusterPoller:
         pending = sorted(listed)
         # KIP-848 and streams groups answer GROUP_ID_NOT_FOUND to DescribeGroups: they are described with
         # ConsumerGroupDescribe and StreamsGroupDescribe.
-        modern = {g: info.group_type for g, info in listed.items() if info.group_type in ("consumer", "streams")}
+        modern = {
+            g: info.group_type for g, info in listed.items() if info.group_type in ("consumer", "streams", "share")
+        }
         for attempt in range(2):  # a moved or loading coordinator gets one more try within the same poll
             unknown = [g for g in pending if g not in self._coordinators]
             found, failed = wire.run(wire.find_coordinators, unknown)
@@ -329,6 +363,7 @@ class ClusterPoller:
             members=described.members if described else (),
             committed=committed,
             error=error_text(error) if error is not None else None,
+            share_offsets=answers.share_offsets.get(listed.group_id, {}),
         )
 
     def _log_offsets(
@@ -404,8 +439,21 @@ def _remembered(group_id: str, kind: str) -> ListedGroup:
         group_id=group_id,
         protocol_type="consumer" if kind in (GroupKind.CLASSIC.value, GroupKind.CONSUMER.value) else "",
         state=None,
-        group_type=kind if kind in (GroupKind.CONSUMER.value, GroupKind.STREAMS.value) else None,
+        group_type=kind if kind in (GroupKind.CONSUMER.value, GroupKind.STREAMS.value, GroupKind.SHARE.value) else None,
     )
+
+
+def _share_positions(group: GroupSnapshot, partitions: Mapping[TopicPartition, PartitionOffsets]) -> GroupSnapshot:
+    """A share group with, as committed, the position its broker's lag leaves on each partition: log end - lag.
+    Lag is then the broker's to the record (lagwatch's log end is read after the coordinator's, so this position
+    may run a few records ahead of the queue's true one under production: rules that would read its moves as
+    commits do not judge share groups). Partitions without a lag (Kafka 4.1; never fetched) have no position."""
+    committed: dict[TopicPartition, CommittedOffset] = {}
+    for tp, share in group.share_offsets.items():
+        offsets = partitions.get(tp)
+        if share.lag is not None and offsets is not None and offsets.log_end is not None:
+            committed[tp] = CommittedOffset(max(0, offsets.log_end - share.lag))
+    return replace(group, committed=committed)
 
 
 def _unlisted_gone(group_id: str, answers: GroupAnswers) -> bool:
@@ -432,6 +480,8 @@ def _only_topics(group: GroupSnapshot, keep: Callable[[str], bool]) -> GroupSnap
     members' subscriptions stay: they still say which offsets Kafka keeps."""
     committed_kept = all(keep(tp.topic) for tp in group.committed)
     members_kept = all(keep(tp.topic) for m in group.members for tp in m.assignment)
+    if group.share_offsets and not all(keep(tp.topic) for tp in group.share_offsets):
+        group = replace(group, share_offsets={tp: s for tp, s in group.share_offsets.items() if keep(tp.topic)})
     if committed_kept and members_kept:
         return group
     committed = group.committed if committed_kept else {tp: c for tp, c in group.committed.items() if keep(tp.topic)}

@@ -23,9 +23,14 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.record import MemoryRecords
 
 from lagwatch.collect.describe_groups import DescribeGroupsAnswer, OwnDescribeGroupsRequest
-from lagwatch.collect.kip848 import ConsumerGroupDescribeRequest, StreamsGroupDescribeRequest
+from lagwatch.collect.kip848 import (
+    ConsumerGroupDescribeRequest,
+    DescribeShareGroupOffsetsRequest,
+    ShareGroupDescribeRequest,
+    StreamsGroupDescribeRequest,
+)
 from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request
-from lagwatch.model import CommittedOffset, Member, TopicPartition
+from lagwatch.model import CommittedOffset, Member, ShareOffset, TopicPartition
 
 T = TypeVar("T")
 
@@ -62,6 +67,7 @@ class GroupAnswers:
     described: dict[str, DescribedGroup] = field(default_factory=dict)
     committed: dict[str, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
     errors: dict[str, BaseException] = field(default_factory=dict)
+    share_offsets: dict[str, dict[TopicPartition, ShareOffset]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,14 @@ class Wire:
 
     def api_version(self, request_cls: Any) -> int:
         return int(self._manager.broker_version_data.api_version(request_cls))
+
+    def supports(self, request_cls: Any, version: int = 0) -> bool:
+        """Whether the brokers (the version data kafka-python negotiated) answer `request_cls` at `version` or
+        later."""
+        try:
+            return self.api_version(request_cls) >= version
+        except Exception:  # an API the brokers do not have (IncompatibleBrokerVersion)
+            return False
 
     # -- groups -------------------------------------------------------------------------------------------
 
@@ -175,8 +189,10 @@ class Wire:
     ) -> None:
         """Per coordinator: one DescribeGroups (classic groups), one ConsumerGroupDescribe (KIP-848 groups) and one
         StreamsGroupDescribe (KIP-1071 groups), which DescribeGroups does not know ("not a classic group": every
-        streams group was unreadable, its rules frozen), and one OffsetFetch for all of them. `modern`: the group
-        type (consumer, streams) of each group DescribeGroups does not describe."""
+        streams group was unreadable, its rules frozen), and one OffsetFetch for all of them but share groups;
+        one ShareGroupDescribe and one DescribeShareGroupOffsets (every share-partition of each group: topics
+        null, as Kafka's own tool asks) for the share groups, which commit no offset. `modern`: the group type
+        (consumer, streams, share) of each group DescribeGroups does not describe."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
         own_describe = self.api_version(DescribeGroupsRequest) >= 5  # answers lagwatch decodes itself
@@ -184,6 +200,13 @@ class Wire:
             classic = [g for g in group_ids if g not in modern]
             kip848 = [g for g in group_ids if modern.get(g) == "consumer"]
             applications = [g for g in group_ids if modern.get(g) == "streams"]
+            queues = [g for g in group_ids if modern.get(g) == "share"]
+            if queues:
+                group_ids = [g for g in group_ids if modern.get(g) != "share"]
+                requests.append((coordinator, ShareGroupDescribeRequest(group_ids=queues)))
+                handlers.append(_describe_handler(queues, answers, _share_group))
+                requests.append((coordinator, _share_offsets_request(queues)))
+                handlers.append(_share_offsets_handler(queues, answers))
             if applications:
                 requests.append((coordinator, StreamsGroupDescribeRequest(group_ids=applications)))
                 handlers.append(_describe_handler(applications, answers, _streams_group))
@@ -194,7 +217,7 @@ class Wire:
             if kip848:
                 requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=kip848)))
                 handlers.append(_describe_handler(kip848, answers, _kip848_group))
-            for chunk, request in self._offset_fetch_requests(group_ids):
+            for chunk, request in self._offset_fetch_requests(group_ids) if group_ids else ():
                 requests.append((coordinator, request))
                 handlers.append(_offset_fetch_handler(chunk, answers))
         if self.api_version(OffsetFetchRequest) >= 8:
@@ -516,6 +539,54 @@ def _streams_group(g: Any) -> DescribedGroup:
         for m in g.members
     )
     return DescribedGroup(state=_capitalised(g.group_state), protocol_type="streams", members=members)
+
+
+def _share_group(g: Any) -> DescribedGroup:
+    """A KIP-932 share group: its members' assignments are share-partitions (several members may share one)."""
+    members = tuple(
+        _modern_member(
+            m,
+            tuple(TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions),
+            tuple(m.subscribed_topic_names),
+        )
+        for m in g.members
+    )
+    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="share", members=members)
+
+
+def _share_offsets_request(group_ids: list[str]) -> Any:
+    group_cls = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
+    return DescribeShareGroupOffsetsRequest(groups=[group_cls(group_id=g, topics=None) for g in group_ids])
+
+
+def _share_offsets_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
+    """Reads a DescribeShareGroupOffsets answer: each share-partition's start offset and (v1, Kafka 4.2+) lag, -1
+    read as "not known" (a partition no consumer fetched from yet; any lag in a v0 answer), as Kafka's tool shows
+    "-". A partition-level error leaves the partition out."""
+
+    def handle(response: Any) -> None:
+        if isinstance(response, BaseException):
+            for g in group_ids:
+                answers.errors.setdefault(g, response)
+            return
+        for g in response.groups:
+            error = Errors.for_code(g.error_code)
+            if error is not Errors.NoError:
+                answers.errors.setdefault(g.group_id, error(g.error_message or ""))
+                continue
+            offsets: dict[TopicPartition, ShareOffset] = {}
+            for t in g.topics or ():
+                for p in t.partitions:
+                    if p.error_code:
+                        continue
+                    start = p.start_offset if p.start_offset >= 0 else None
+                    lag = getattr(p, "lag", -1)
+                    offsets[TopicPartition(t.topic_name, p.partition_index)] = ShareOffset(
+                        start, lag if start is not None and lag is not None and lag >= 0 else None
+                    )
+            answers.share_offsets[g.group_id] = offsets
+
+    return handle
 
 
 def _capitalised(state: str) -> str:

@@ -410,7 +410,8 @@ class ClusterHistory:
         # Not an offset of a topic a member is assigned or subscribes to: Kafka expires no offset of a group with
         # members on a topic it subscribes to; one missing is a poll without it (a partition-level OffsetFetch
         # error), which paged `expired` and resolved it a poll later (mid-rebalance, with no assignment yet, too).
-        absent = [tp for tp in partitions if tp not in committed_now]
+        # A share group's positions are no commits (rules.queue): one without a lag this poll vanished nowhere.
+        absent = [tp for tp in partitions if tp not in committed_now] if group.kind is not GroupKind.SHARE else []
         dropped = [(tp, partitions[tp].last_committed) for tp in group.unsubscribed(absent)] if absent else []
         # A commit last seen before the previous poll ended a wait of more than a poll: only then is it looked at
         # (a consumer that commits all the time costs one comparison a partition).

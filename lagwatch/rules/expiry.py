@@ -97,6 +97,10 @@ def _candidates(ctx: GroupContext) -> tuple[Candidates, str]:
     def last_commit(tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, Clock]]:
         return history.commit_clocks(g.group_id, tps)
 
+    if g.kind is GroupKind.SHARE:
+        # A share group commits nothing: its share-partitions' state is the share coordinator's (in
+        # __share_group_state), which offsets.retention.minutes does not expire.
+        return [], ""
     if g.kind is GroupKind.CLASSIC and g.state == "Empty":
         empty = history.empty_clock(g.group_id)
         if empty is None:
@@ -257,7 +261,7 @@ def offsets_vanished(snapshot: ClusterSnapshot, history: ClusterHistory, resolve
     current = {g.group_id: g for g in snapshot.groups}
     for group_id, track in sorted(history.groups.items()):
         vanished = track.vanished
-        if vanished is None:
+        if vanished is None or track.kind == GroupKind.SHARE.value:  # a queue's positions are no commits
             continue
         group = current.get(group_id)
         if group is not None and group.error is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from lagwatch.history import LONGEST_WAIT_KEPT_S, PartitionProgress, Sample, stall_threshold, trusted_cadence
 from lagwatch.history.measures import FALLING_BEHIND_MARGIN
 from lagwatch.model import Finding, GroupKind, TopicPartition
+from lagwatch.rules import queue
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
 
@@ -29,7 +30,7 @@ def _lag(s: Sample) -> int | None:
 
 
 # Kinds of groups whose coordinator knows their members: with none, nobody consumes.
-_MEMBERSHIP = frozenset({GroupKind.CLASSIC, GroupKind.CONSUMER, GroupKind.STREAMS})
+_MEMBERSHIP = frozenset({GroupKind.CLASSIC, GroupKind.CONSUMER, GroupKind.STREAMS, GroupKind.SHARE})
 
 
 # Classic groups between two generations: members leave and join again, and a poll may see none at all.
@@ -107,6 +108,9 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
     offset did not move. Quiet time with nothing to consume is not a stall. Where the partition's own cadence
     asks for longer than the window (stall_wait), the records must have waited that long too
     (_stalled_partition)."""
+    if ctx.group.kind is GroupKind.SHARE:  # a queue: judged by its lag (rules.queue)
+        yield from queue.stalled(ctx)
+        return
     if ctx.track is None:
         return
     if _between_generations(ctx):
@@ -263,8 +267,13 @@ def no_commit(ctx: GroupContext) -> Iterator[Finding]:
     is a quiet one (no record arrived: nothing to commit)."""
     lag = ctx.measure.lag
     track, committed = ctx.track, ctx.group.committed
-    # Cheap first: every partition tracked or shown has a commit (nearly every group at every poll).
-    if track is None or (len(lag.tps) == len(committed) and len(track.partitions) == len(committed)):
+    # Cheap first: every partition tracked or shown has a commit (nearly every group at every poll). A share group
+    # commits nothing: a share-partition without a lag is one no consumer fetched from yet, or a broker before 4.2.
+    if (
+        ctx.group.kind is GroupKind.SHARE
+        or track is None
+        or (len(lag.tps) == len(committed) and len(track.partitions) == len(committed))
+    ):
         return
     if _between_generations(ctx) or _members_gone_lately(ctx, ctx.rules()[0].no_commit.window_s):
         for topic in {tp.topic for tp in track.partitions}:  # nothing is assigned at this poll: it cannot tell
@@ -362,7 +371,8 @@ def stopped(ctx: GroupContext) -> Iterator[Finding]:
         if not ctx.covered(window):
             ctx.hold("stopped")
             return
-        if ctx.active_severity("stopped") is None and not _lag_through(ctx, window):  # once: not at every poll
+        waited = queue.waited_through if ctx.group.kind is GroupKind.SHARE else _lag_through
+        if ctx.active_severity("stopped") is None and not waited(ctx, window):  # once: not at every poll
             # Empty a long time, and records only now: "Empty with lag for the window" (one record on a quiet
             # topic, or an operator's reset, which needs the group Empty, paged critical at once).
             ctx.hold("stopped")
@@ -584,6 +594,8 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         return
     if any(later[1] < earlier[1] for earlier, later in itertools.pairwise(series)):
         return
+    if ctx.group.kind is GroupKind.SHARE and queue.hung(series[0], series[-1]):
+        return  # a queue's position drifts by a few records under production: a hung one is `stalled`'s
     middle = max((row for row in series if row[0] <= ctx.now - window / 2), key=lambda row: row[0])
     (_, first_lag, _), (_, mid_lag, mid_committed), (_, last_lag, last_committed) = series[0], middle, series[-1]
     if (last_lag - first_lag) < FALLING_BEHIND_MARGIN * m.production_rate * (series[-1][0] - series[0][0]):
@@ -621,7 +633,7 @@ def _longest_pause(series: list[tuple[float, int, int]]) -> float:
 
 
 def rewind(ctx: GroupContext) -> Iterator[Finding]:
-    if ctx.track is None:
+    if ctx.track is None or ctx.group.kind is GroupKind.SHARE:  # a queue's position is no commit (rules.queue)
         return
     by_topic: dict[str, list[tuple[TopicPartition, float, int, int]]] = {}
     for tp, (at, old, new) in ctx.track.rewinds.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lagwatch.lag import LagState
-from lagwatch.model import Finding
+from lagwatch.model import Finding, GroupKind
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.settings import LagRule, Threshold
 from lagwatch.rules.text import duration, partitions
@@ -113,8 +113,8 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
 
 
 def below_log_start(ctx: GroupContext) -> Iterator[Finding]:
-    if not ctx.measure.lag.below_log_start:  # counted by group_lag: most groups have no such row to look for
-        return
+    if not ctx.measure.lag.below_log_start or ctx.group.kind is GroupKind.SHARE:
+        return  # counted by group_lag: most groups have no such row; a queue's position is no commit (rules.queue)
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for p in ctx.measure.lag.partitions:
         if p.state is LagState.BELOW_LOG_START and p.committed is not None and p.log_start is not None:

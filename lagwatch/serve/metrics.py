@@ -237,11 +237,18 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
     )
     unwatched = f.gauge(
         "groups_unwatched",
-        "Groups the filter takes that lagwatch cannot watch yet, by group type (share: KIP-932)",
+        "Groups the filter takes that lagwatch cannot watch on this cluster, by group type",
         ["cluster", "type"],
     )
     for kind, count in sorted((snap.unwatched_groups if snap and snap.ok else {}).items()):
         f.set(unwatched, [c, kind], count)
+    blind = f.gauge(
+        "blind_spot",
+        "1 for each thing lagwatch cannot see on this cluster (share_lag: no share-group lag before Kafka 4.2)",
+        ["cluster", "what"],
+    )
+    for spot in sorted(snap.blind_spots if snap and snap.ok else ()):
+        f.set(blind, [c, spot], 1)
     clocks = rt.exact_clocks()
     state = f.gauge(
         "exact_clocks_state",

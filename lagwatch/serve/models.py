@@ -76,7 +76,12 @@ class Cluster(_Out):
     skipped_polls: int
     exact_clocks: ExactClocks
     unwatched_groups: dict[str, int] = Field(
-        description="groups the filter takes that lagwatch cannot watch yet, by group type (share: KIP-932)"
+        description="groups the filter takes that lagwatch cannot watch on this cluster, by group type (share "
+        "groups where the brokers cannot describe them)"
+    )
+    blind_spots: dict[str, str] = Field(
+        description="what lagwatch cannot see on this cluster, and why (share_lag: brokers before Kafka 4.2 report "
+        "no share-group lag)"
     )
 
 
@@ -128,8 +133,26 @@ class Alert(_Out):
     silenced_by: str | None = Field(description="id of the silence that mutes it")
 
 
+class SharePartition(_Out):
+    topic: str
+    partition: int
+    start_offset: int | None = Field(description="the share-partition start offset (SPSO); null: never fetched")
+    log_start: int | None
+    log_end: int | None
+    lag: int | None
+    lag_source: Literal["broker", "estimated"] | None = Field(
+        description="broker: the broker's lag (Kafka 4.2+, KIP-1226); estimated: log end - start offset, an upper "
+        "bound (Kafka 4.1 reports no lag)"
+    )
+    members: int
+
+
 class GroupDetail(GroupSummary):
     partitions: list[Partition]
+    share_partitions: list[SharePartition] | None = Field(
+        description="a share group's share-partitions, as `kafka-share-groups --describe --offsets` lists them; "
+        "null for other groups. `partitions` holds its lag as for any group"
+    )
     alerts: list[Alert]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from lagwatch.alerts import Alert, Silence
-from lagwatch.model import GroupSnapshot
+from lagwatch.lag.share import share_partitions
+from lagwatch.model import GroupKind, GroupSnapshot
 from lagwatch.rules import Evaluation
 from lagwatch.runtime import ClusterRuntime
 
@@ -25,6 +26,7 @@ def cluster_view(rt: ClusterRuntime) -> dict[str, Any]:
         "skipped_polls": rt.skipped_polls + rt.missed_polls,
         "exact_clocks": rt.exact_clocks(),
         "unwatched_groups": dict(snap.unwatched_groups) if snap and snap.ok else {},
+        "blind_spots": dict(snap.blind_spots) if snap and snap.ok else {},
     }
 
 
@@ -91,7 +93,18 @@ def group_detail(rt: ClusterRuntime, group_id: str, alerts: list[dict[str, Any]]
                 "host": p.client_host,
             }
         )
-    return {**_summary(rt, group, evaluation), "partitions": partitions, "alerts": alerts}
+    shares = None
+    if group.kind is GroupKind.SHARE:
+        shares = [
+            {**p._asdict(), "lag_source": p.lag_source.value if p.lag_source else None}
+            for p in share_partitions(group, snap.partitions)
+        ]
+    return {
+        **_summary(rt, group, evaluation),
+        "partitions": partitions,
+        "share_partitions": shares,
+        "alerts": alerts,
+    }
 
 
 def _summary(rt: ClusterRuntime, group: GroupSnapshot, evaluation: Evaluation | None) -> dict[str, Any]:
