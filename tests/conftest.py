@@ -36,6 +36,10 @@ def bootstrap(kafka_libs: Path) -> Iterator[str]:
 # records a hung one holds are known to Kafka once their acquisition lock runs out: 15 s at the least, 5 s here
 # (brokers that have no share groups ignore these).
 TEST_BROKER_SETTINGS = {
+    "group.streams.min.session.timeout.ms": "6000",  # and a Kafka Streams application's (KIP-1071)
+    "group.streams.session.timeout.ms": "6000",
+    "group.streams.min.heartbeat.interval.ms": "1000",
+    "group.streams.heartbeat.interval.ms": "2000",
     "group.share.min.record.lock.duration.ms": "5000",
     "group.share.min.session.timeout.ms": "6000",
     "group.share.session.timeout.ms": "6000",

@@ -243,10 +243,16 @@ def streams_libs(version: str) -> Path:
     return libs
 
 
-def streams_app(libs: Path, streams: Path, bootstrap: str, app_id: str, topic: str, sleep_ms: int) -> list[str]:
-    """The command line of tests/clients/WordApp.java: a Kafka Streams application in a KIP-1071 streams group."""
+def streams_app(
+    libs: Path, streams: Path, bootstrap: str, app_id: str, topic: str, sleep_ms: int, hang_after: int = 0
+) -> list[str]:
+    """The command line of tests/clients/WordApp.java: a Kafka Streams application in a KIP-1071 streams group;
+    with `hang_after`, its stream thread blocks for good in that record."""
     source = Path(__file__).parent / "clients" / "WordApp.java"
-    return ["java", "-Xmx256m", "-cp", f"{libs}/*:{streams}/*", str(source), bootstrap, app_id, topic, str(sleep_ms)]
+    return [
+        *("java", "-Xmx256m", "-cp", f"{libs}/*:{streams}/*", str(source)),
+        *(bootstrap, app_id, topic, str(sleep_ms), "-", str(hang_after)),
+    ]
 
 
 # -- share groups (KIP-932) ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -105,3 +106,96 @@ def _kafka_streams_groups_lag(libs: Path, bootstrap: str, group: str) -> dict[tu
     )
     rows = [line.split() for line in out.splitlines() if line.startswith(group)]
     return {(topic, int(partition)): int(lag) for _, topic, partition, lag, *_ in rows}
+
+
+def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
+    bootstrap: str, kafka_libs: Path, tmp_path: Path
+) -> None:
+    """Every consumer rule applies to a streams group: killed, it pages `stopped` once its session ends (6 s on the
+    tests' broker) and the window passes; its stream thread blocked in a record, `stalled`; busy and healthy,
+    nothing."""
+    prefix = unique("apps")
+    names = ("healthy", "hung", "dead")
+    topics = {name: f"{prefix}-{name}-in" for name in names}
+    apps = {name: f"{prefix}-{name}" for name in names}
+    for name in names:
+        kafka_scenario.create_topic(bootstrap, topics[name], 1)
+        kafka_scenario.create_topic(bootstrap, f"{topics[name]}-out", 1)
+    kafka_scenario.produce(bootstrap, topics["hung"], {0: 300})
+    kafka_scenario.produce(bootstrap, topics["dead"], {0: 3000})
+    streams = kafka_scenario.streams_libs(KAFKA_VERSION)
+    env = {**os.environ, "KAFKA_LOG4J_OPTS": ""}
+
+    def start(name: str, sleep_ms: int, hang_after: int = 0) -> subprocess.Popen[str]:
+        command = kafka_scenario.streams_app(
+            kafka_libs, streams, bootstrap, apps[name], topics[name], sleep_ms, hang_after
+        )
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+
+    running = {"healthy": start("healthy", 0), "hung": start("hung", 0, hang_after=120), "dead": start("dead", 20)}
+    stop = threading.Event()
+
+    def produce() -> None:  # the healthy application gets 20 records a second
+        producer = kafka_scenario.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        while not stop.wait(0.05):
+            producer.send(topics["healthy"], b"x")
+        producer.close()
+
+    threading.Thread(target=produce, daemon=True).start()
+    record = Recorder()
+    window = {"window_s": 10, "for_s": 0}
+    settings = load_settings(
+        state_dir=tmp_path / "state",
+        http={"enabled": False},
+        rules={
+            "lag": {"warning": {"offsets": 100_000}, "for_s": 0},
+            "stalled": {**window, "learn_commit_interval": False},
+            "stopped": window,
+            "falling_behind": window,
+            "no_commit": window,
+        },
+        alerts={"group_wait_s": 0, "group_interval_s": 0},
+    )
+    config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
+    poller_check = ClusterPoller("apps", config)
+    daemon = Daemon(settings, clusters={"apps": config}, notifiers={"record": record})
+    daemon.dispatcher.start()
+    try:
+
+        def committed(name: str) -> bool:
+            snapshot = poller_check.poll()
+            return any(g.group_id == apps[name] and g.committed for g in snapshot.groups)
+
+        for name in names:  # each application has committed once: a hang before that is `no_commit`'s
+            wait_for(lambda name=name: committed(name), timeout=120, interval=1, what=f"{name} committing")
+        wait_for(lambda: "hung" in (running["hung"].stdout.readline() or "hung"), timeout=60, what="the hang")
+        running["dead"].send_signal(signal.SIGKILL)
+        running["dead"].wait(10)
+        started = time.monotonic()
+        paged_after: dict[str, float] = {}
+
+        def paged() -> bool:
+            daemon.poll_cluster("apps")
+            for name in ("hung", "dead"):
+                if name not in paged_after and record.kinds(apps[name]):
+                    paged_after[name] = time.monotonic() - started
+            return len(paged_after) == 2
+
+        wait_for(paged, timeout=90, interval=1, what="the hung and the dead application paged")
+        for _ in range(5):  # and a few polls more, in which the healthy one must stay quiet
+            daemon.poll_cluster("apps")
+            time.sleep(1)
+    finally:
+        stop.set()
+        poller_check.close()
+        daemon.stop()
+        for process in running.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    assert record.kinds(apps["hung"]) == [("firing", ("stalled",))]
+    assert record.kinds(apps["dead"]) == [("firing", ("stopped",))]
+    assert record.kinds(apps["healthy"]) == []
+    # The session's 6 s and the 10-s window, and a few polls (1-3 s each on two loaded cores).
+    assert paged_after["dead"] < 6 + 10 + 8, paged_after
+    assert paged_after["hung"] < 10 + 8, paged_after
