@@ -192,7 +192,6 @@ def test_legacy_offset_fetch_one_request_per_group(
         return 7 if request_cls is OffsetFetchRequest else real_api_version(self, request_cls)
 
     monkeypatch.setattr(wire.Wire, "api_version", pretend_old_broker)
-    monkeypatch.setattr(wire, "LEGACY_OFFSET_FETCH_CONCURRENCY", 4)
     legacy = ClusterPoller("legacy", config)
     snapshot = legacy.poll()
     legacy.close()

@@ -90,25 +90,41 @@ class Wire:
         return self._manager.run(fn, *args)  # type: ignore[no-any-return]
 
     async def _send_all(self, requests: Iterable[tuple[int | None, Any]]) -> list[Any]:
-        """Sends every request at once; returns each response, or the exception it failed with."""
-        futures: list[Any] = []
-        for node_id, request in requests:
-            self.sent[request.name.removesuffix("Request")] += 1
-            try:
-                futures.append(self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
-            except Exception as e:  # a node the client does not know (UnknownBrokerIdError): that request's answer
-                if isinstance(e, Errors.UnknownBrokerIdError):
-                    self._manager.cluster.request_update()  # a broker new to its metadata: learnt by the next poll
-                futures.append(e)
-        results: list[Any] = []
-        for future in futures:
-            if isinstance(future, Exception):
-                results.append(future)
-                continue
-            try:
-                results.append(await future)
-            except Exception as e:  # one broker's failure stays with its own request
-                results.append(e)
+        """Sends every request at once, in rounds of as many per broker as one connection takes in flight; returns
+        each response, or the exception it failed with. (A connection refuses a request past its in-flight limit,
+        5: a coordinator with groups of every kind is sent 6 at once, and the sixth failed the groups it held.)"""
+        requests = list(requests)
+        limit = max(1, int(self._manager.config.get("max_in_flight_requests_per_connection", 5)))
+        results: list[Any] = [None] * len(requests)
+        rounds: list[list[int]] = []
+        sent_to: Counter[int | None] = Counter()
+        for i, (node_id, _) in enumerate(requests):
+            k = sent_to[node_id] // limit if node_id is not None else 0
+            sent_to[node_id] += 1
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append(i)
+        for chosen in rounds:
+            futures: list[tuple[int, Any]] = []
+            for i in chosen:
+                node_id, request = requests[i]
+                self.sent[request.name.removesuffix("Request")] += 1
+                try:
+                    futures.append(
+                        (i, self._manager.send(request, node_id=node_id, request_timeout_ms=self._timeout_ms))
+                    )
+                except Exception as e:  # a node the client does not know (UnknownBrokerIdError): that request's answer
+                    if isinstance(e, Errors.UnknownBrokerIdError):
+                        self._manager.cluster.request_update()  # a broker new to its metadata: learnt by the next poll
+                    futures.append((i, e))
+            for i, future in futures:
+                if isinstance(future, Exception):
+                    results[i] = future
+                    continue
+                try:
+                    results[i] = await future
+                except Exception as e:  # one broker's failure stays with its own request
+                    results[i] = e
         return results
 
     def connections(self) -> dict[int, int]:
