@@ -22,7 +22,12 @@ from kafka.protocol.consumer import OffsetSpec
 
 from lagwatch.collect.checkpoints import checkpoint_group
 from lagwatch.collect.client import open_admin, translate
-from lagwatch.collect.kip848 import DescribeShareGroupOffsetsRequest, ShareGroupDescribeRequest
+from lagwatch.collect.kip848 import (
+    ConsumerGroupDescribeRequest,
+    DescribeShareGroupOffsetsRequest,
+    ShareGroupDescribeRequest,
+    StreamsGroupDescribeRequest,
+)
 from lagwatch.collect.wire import (
     COORDINATOR_ERRORS,
     READ_COMMITTED,
@@ -47,12 +52,24 @@ from lagwatch.model import (
 
 _RETENTION = "offsets.retention.minutes"
 _CHECK_INTERVAL = "offsets.retention.check.interval.ms"
-# Said of a cluster whose brokers list share groups but cannot describe them (ShareGroupDescribe v1 is Kafka 4.1's):
-# they are counted (ClusterSnapshot.unwatched_groups), never left out without a word.
-SHARE_UNREADABLE = (
-    "share groups are listed, but these brokers do not describe them (ShareGroupDescribe v1 and "
-    "DescribeShareGroupOffsets need Kafka 4.1 or later): they are not watched"
-)
+# What the brokers must answer for a group of each type ListGroups gives to be read, (request, lowest version):
+# a type listed by brokers that lack it (share groups in Kafka 4.0's early access: ShareGroupDescribe v1 is 4.1's;
+# streams or KIP-848 groups of an early-access release) is counted (ClusterSnapshot.unwatched_groups) and said
+# (a blind spot), never an error per group at every poll, nor left out without a word.
+_READ_WITH: dict[str, tuple[tuple[Any, int], ...]] = {
+    "consumer": ((ConsumerGroupDescribeRequest, 0),),
+    "streams": ((StreamsGroupDescribeRequest, 0),),
+    "share": ((ShareGroupDescribeRequest, 1), (DescribeShareGroupOffsetsRequest, 0)),
+}
+
+
+def unreadable(group_type: str) -> str:
+    needs = " and ".join(
+        f"{cls.__name__.removesuffix('Request')}" + (f" v{v}" if v else "") for cls, v in _READ_WITH[group_type]
+    )
+    return f"{group_type} groups are listed, but these brokers do not answer {needs}: they are not watched"
+
+
 # Said of a cluster whose brokers describe share groups but do not report their lag (DescribeShareGroupOffsets v1,
 # KIP-1226, is Kafka 4.2's). Log end - start offset is no lag: a start offset stays put while the records after it
 # are accepted (930 against a real 330, on 4.1.2), so lagwatch pages nothing on it.
@@ -286,24 +303,21 @@ class ClusterPoller:
             if len(failed) == len(broker_ids):
                 raise ClusterError(self.name, "error", f"ListGroups failed on broker {broker}: {type(error).__name__}")
         watched, unwatched = {}, Counter[str]()
-        shares_readable: bool | None = None  # asked of the brokers' versions only where a share group is listed
+        readable: dict[str, bool] = {}  # the brokers' versions asked once per type listed
         for g in listed:
             if not self.config.groups.matches(g.group_id):
                 continue
-            if g.group_type == "share":
-                if shares_readable is None:
-                    shares_readable = wire.supports(ShareGroupDescribeRequest, 1) and wire.supports(
-                        DescribeShareGroupOffsetsRequest
-                    )
-                if not shares_readable:
-                    unwatched[g.group_type] += 1
+            kind = g.group_type
+            if kind in _READ_WITH:
+                if kind not in readable:
+                    readable[kind] = all(wire.supports(cls, version) for cls, version in _READ_WITH[kind])
+                if not readable[kind]:
+                    unwatched[kind] += 1
                     continue
             watched[g.group_id] = g
         self.unwatched_groups = dict(unwatched)
-        spots = {}
-        if unwatched:
-            spots["share_groups"] = SHARE_UNREADABLE
-        elif shares_readable and not wire.supports(DescribeShareGroupOffsetsRequest, 1):
+        spots = {f"{kind}_groups": unreadable(kind) for kind in sorted(unwatched)}
+        if readable.get("share") and not wire.supports(DescribeShareGroupOffsetsRequest, 1):
             spots["share_lag"] = SHARE_LAG_UNREPORTED
         self.blind_spots = spots
         return watched
