@@ -541,3 +541,31 @@ def test_a_slow_member_working_through_its_partitions_in_turns_is_not_stalled() 
         found_two |= set(rules_of(two.step(snapshot(t, [hung], ends))))
     assert "falling_behind" in found_one and "stalled" not in found_one
     assert "stalled" in found_two
+
+
+def _one_partition_at_a_time(consume_per_s: int) -> tuple[Pipeline, float | None]:
+    """A consumer of 4 partitions (10 records/s each) that commits one partition per poll, in turn, and whose
+    partitions get their first commit one poll after another: the lag of each drops at its own commit."""
+    tps = [TopicPartition("orders", p) for p in range(4)]
+    p = Pipeline({"falling_behind": {"window_s": 300}, "stalled": {"enabled": False}, "stopped": {"enabled": False}})
+    committed: dict[TopicPartition, int] = {}
+    fired = None
+    for i in range(60):
+        t = i * 15
+        committed[tps[i % 4]] = consume_per_s * t
+        p.step(snapshot(t, [group(committed=dict(committed), assigned=tuple(tps))], {tp: 10 * t for tp in tps}))
+        if fired is None and "falling_behind" in p.firing():
+            fired = t
+    return p, fired
+
+
+def test_falling_behind_of_a_consumer_committing_one_partition_at_a_time_fires_when_its_window_is_covered() -> None:
+    # Summed over the partitions committed at every poll of the window, the first partition's sawtooth alone was
+    # judged: its dips held the alert until the window had passed the last partition's first commit (45 s late).
+    _, fired = _one_partition_at_a_time(consume_per_s=8)
+    assert fired == 300
+
+
+def test_a_consumer_keeping_up_one_partition_at_a_time_is_not_falling_behind() -> None:
+    p, fired = _one_partition_at_a_time(consume_per_s=10)
+    assert fired is None and p.sent == []

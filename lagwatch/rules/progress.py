@@ -511,9 +511,12 @@ def _windows(ctx: GroupContext, since: float) -> list[list[Sample]] | None:
 
 
 def _group_series(windows: list[list[Sample]]) -> list[tuple[float, int, int]] | None:
-    """(poll time, summed lag, summed committed offset) at each poll of the windows, over the partitions whose lag
-    is known at every one of those polls: a partition committed for the first time mid-window would otherwise
-    make the sum jump."""
+    """(poll time, summed lag, summed committed offset) at each poll of the windows: the group's lag where it is
+    known. A partition counts from its first commit in the window on (it joins the sums then), if its lag is known
+    at every poll after that; one whose lag went unknown after being known is left out whole (its drop is no
+    consumer's doing). Only the partitions known throughout were summed before: a consumer that commits its
+    partitions one at a time was judged on the first ones alone, whose sawtooth dips (each partition's lag drops
+    at its own commit) held `falling_behind` back until the window passed the last one's first commit."""
     times = sorted({s.t for samples in windows for s in samples})
     lag = dict.fromkeys(times, 0)
     committed = dict.fromkeys(times, 0)
@@ -522,10 +525,11 @@ def _group_series(windows: list[list[Sample]]) -> list[tuple[float, int, int]] |
         if len(samples) != len(times) or [s.t for s in samples] != times:
             continue
         lags = [_lag(s) for s in samples]
-        if None in lags:
-            continue
+        first = next((i for i, behind in enumerate(lags) if behind is not None), None)
+        if first is None or None in lags[first:]:
+            continue  # never known, or known and then not: left out
         counted += 1
-        for s, behind in zip(samples, lags, strict=True):
+        for s, behind in zip(samples[first:], lags[first:], strict=True):
             lag[s.t] += behind or 0
             committed[s.t] += s.committed or 0
     if counted == 0 or len(times) < 2:
