@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -543,29 +544,45 @@ def test_a_slow_member_working_through_its_partitions_in_turns_is_not_stalled() 
     assert "stalled" in found_two
 
 
-def _one_partition_at_a_time(consume_per_s: int) -> tuple[Pipeline, float | None]:
-    """A consumer of 4 partitions (10 records/s each) that commits one partition per poll, in turn, and whose
-    partitions get their first commit one poll after another: the lag of each drops at its own commit."""
-    tps = [TopicPartition("orders", p) for p in range(4)]
+def _one_partition_at_a_time(
+    consume_per_s: int, partitions: int = 4, first_commit_every: int = 1
+) -> tuple[Pipeline, float | None]:
+    """A consumer of `partitions` partitions (10 records/s each) that commits one partition per poll, in turn:
+    the lag of each drops at its own commit. Partition k gets its first commit at poll k * `first_commit_every`."""
+    tps = [TopicPartition("orders", p) for p in range(partitions)]
     p = Pipeline({"falling_behind": {"window_s": 300}, "stalled": {"enabled": False}, "stopped": {"enabled": False}})
     committed: dict[TopicPartition, int] = {}
     fired = None
     for i in range(60):
         t = i * 15
-        committed[tps[i % 4]] = consume_per_s * t
+        tp = tps[i % partitions]
+        if i >= tp.partition * first_commit_every:
+            committed[tp] = consume_per_s * t
         p.step(snapshot(t, [group(committed=dict(committed), assigned=tuple(tps))], {tp: 10 * t for tp in tps}))
         if fired is None and "falling_behind" in p.firing():
             fired = t
     return p, fired
 
 
-def test_falling_behind_of_a_consumer_committing_one_partition_at_a_time_fires_when_its_window_is_covered() -> None:
-    # Summed over the partitions committed at every poll of the window, the first partition's sawtooth alone was
-    # judged: its dips held the alert until the window had passed the last partition's first commit (45 s late).
-    _, fired = _one_partition_at_a_time(consume_per_s=8)
+@pytest.mark.parametrize(
+    ("partitions", "first_commit_every"),
+    [(4, 1), (4, 3), (1, 1)],
+    ids=["first commits in turn", "first commits 3 polls apart", "one partition committed every poll"],
+)
+def test_falling_behind_of_a_consumer_committing_one_partition_at_a_time_fires_when_its_window_is_covered(
+    partitions: int, first_commit_every: int
+) -> None:
+    # The lag read at each poll dips wherever a partition's commit lands: summed over the partitions committed
+    # throughout the window, the alert was held until the window passed the last one's first commit (45 s late),
+    # or for good while the partial sum dipped at every poll. Judged on the lag each commit left, it fires once
+    # the window is covered.
+    _, fired = _one_partition_at_a_time(8, partitions, first_commit_every)
     assert fired == 300
 
 
-def test_a_consumer_keeping_up_one_partition_at_a_time_is_not_falling_behind() -> None:
-    p, fired = _one_partition_at_a_time(consume_per_s=10)
+@pytest.mark.parametrize(("partitions", "first_commit_every"), [(4, 1), (4, 3), (1, 1)])
+def test_a_consumer_keeping_up_one_partition_at_a_time_is_not_falling_behind(
+    partitions: int, first_commit_every: int
+) -> None:
+    p, fired = _one_partition_at_a_time(10, partitions, first_commit_every)
     assert fired is None and p.sent == []

@@ -104,11 +104,11 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         )
 
 
-def hung(first: tuple[float, int, int], last: tuple[float, int, int]) -> bool:
-    """From a window's first and last (time, lag, position) sums: next to nothing delivered (STALL_DELIVERED_SHARE
-    of what arrived), as `stalled` counts it."""
-    arrived = (last[1] + last[2]) - (first[1] + first[2])  # log end = lag + position
-    return next_to_nothing(last[2] - first[2], arrived)
+def hung(first_lag: int, first_position: int, last_lag: int, last_position: int) -> bool:
+    """From a window's first and last sums of lag and position: next to nothing delivered (next_to_nothing), as
+    `stalled` counts it."""
+    arrived = (last_lag + last_position) - (first_lag + first_position)  # log end = lag + position
+    return next_to_nothing(last_position - first_position, arrived)
 
 
 def waited_through(ctx: GroupContext, window: float) -> bool:
