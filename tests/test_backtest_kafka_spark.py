@@ -218,3 +218,170 @@ def test_an_output_that_would_replace_the_lake_or_other_files_is_refused(where: 
     assert "--output" in result.stderr.strip().splitlines()[-1] and "Traceback" not in result.stderr
     assert (tmp_path / "data" / "notes.txt").read_text() == "mine"
     assert (tmp_path / "data" / "lake" / "snapshots" / "cluster=c" / "part-0.parquet").is_file()
+
+
+class LagDriver:
+    """A live member of group `group` on one partition of `topic` that keeps committing (so neither `stopped` nor
+    `stalled` sees it) exactly `lag` records behind a steady producer: the lag rule alone judges it."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        import threading
+
+        from kafka import KafkaProducer
+
+        self.lag = 0
+        self.produced = 0
+        self.topic = topic
+        self.stop_event = threading.Event()
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        self.consumer = kafka_scenario.subscribed_consumer(bootstrap, group, [topic])
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(0.25):
+            for _ in range(3):
+                self.producer.send(self.topic, b"x", partition=0)
+            self.producer.flush()
+            self.produced += 3
+            kafka_scenario.commit(self.consumer, {TopicPartition(self.topic, 0): max(0, self.produced - self.lag)})
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+        self.consumer.close()
+        self.producer.close()
+
+
+# Lag alerts at 20 and 100 records behind, at once; `stopped` after 4 s; the rest as the daemon tests have them.
+RECORDED_RULES = {
+    **FAST_RULES,
+    "lag": {"warning": {"offsets": 20, "seconds": None}, "critical": {"offsets": 100, "seconds": None}, "for_s": 0},
+}
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_candidate_is_an_overlay_and_is_set_beside_what_the_daemon_raised(
+    bootstrap: str, tmp_path: Path, spark: Any
+) -> None:
+    """A daemon on the real broker raises lag alerts (a warning, then an incident that reaches critical: a page) and
+    a `stopped` page. Replayed: the recorded configuration equals what the daemon raised; a candidate holding only
+    `rules: lag:` with thresholds ten times higher keeps the recorded `stopped` rule (it reset every other rule to
+    the defaults: no `stopped` alert within a 300 s window) and shows exactly the lag alerts it removes and the
+    later fire time, every other rule unchanged; one identical to the recorded configuration shows no difference."""
+    import pyarrow.dataset as ds
+
+    from lagwatch.pipeline.backtest import RuleComparison, backtest
+
+    prefix = unique("whatif")
+    _, stopped = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30}, {0: 25})  # lag 5: `stopped`, never `lag`
+    lag_topic, lag_group = f"{prefix}-lt", f"{prefix}-lg"
+    kafka_scenario.create_topic(bootstrap, lag_topic, 1)
+    alerts_config = {"group_wait_s": 0, "group_interval_s": 1}
+    settings = load_settings(
+        rules=RECORDED_RULES,
+        alerts=alerts_config,
+        state_dir=tmp_path / "state",
+        http=LOOPBACK,
+        lake={"enabled": True, "path": str(tmp_path / "lake"), "roll_seconds": 2},
+    )
+    cluster = ClusterConfig(
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=1,
+        request_timeout_s=5,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+    )
+    recorder = Recorder()
+    driver = LagDriver(bootstrap, lag_topic, lag_group)
+    daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder}).start()
+    try:
+        wait_for(lambda: recorder.kinds(stopped), timeout=20, what="the stopped group's alert")
+        # Lag 50 (a warning, under the candidate's 200), back to 0; then 50, 150 (critical), 500 (the candidate's
+        # warning, not its critical at 1,000), back to 0.
+        for lag, seconds in ((50, 5), (0, 4), (50, 4), (150, 4), (500, 5), (0, 4)):
+            driver.lag = lag
+            time.sleep(seconds)
+        c = kafka_scenario.assigned_consumer(bootstrap, stopped, [TopicPartition(f"{prefix}-t", 0)])
+        commit(c, f"{prefix}-t", 30)
+        c.close()
+        wait_for(lambda: len(recorder.kinds(stopped)) >= 2, timeout=15, what="the stopped group's resolution")
+        time.sleep(1.5)
+    finally:
+        daemon.stop()
+        driver.stop()
+    lake = tmp_path / "lake"
+    transitions = ds.dataset(lake / "alerts", format="parquet", partitioning="hive").to_table().to_pylist()
+    fired = sorted((r["fired_at"], r["rule"], r["group"]) for r in transitions if r["transition"] == "firing")
+    lag_fired = [t for t, rule, g in fired if rule == "lag" and g == lag_group]
+    assert len(lag_fired) == 2, fired
+    assert ("stopped", stopped) in {(rule, g) for _, rule, g in fired}
+
+    tenfold = tmp_path / "lag10x.yaml"  # only `rules: lag:`, the thresholds ten times higher
+    tenfold.write_text("rules:\n  lag: {warning: {offsets: 200}, critical: {offsets: 1000}}\n")
+    same = tmp_path / "same.yaml"
+    same.write_text(json.dumps({"rules": RECORDED_RULES, "alerts": alerts_config}))
+    result = backtest(str(lake), ["recorded", str(tenfold), str(same)], str(tmp_path / "out"), spark=spark)
+    by_config = {c.config: c for c in result.comparisons}
+
+    # The replay of the recorded configuration is what the daemon raised, incident for incident.
+    recorded = by_config["recorded"]
+    assert recorded.differences == [] and all(m.outcome == "same" for m in recorded.matches)
+    assert recorded.totals.alerts_recorded == recorded.totals.alerts_replayed == len(fired)
+
+    # The tenfold lag thresholds: the first lag incident (50 behind) is lost; the second fires later (at 500
+    # behind, not 50) and no longer reaches critical (a page lost); every other rule's incidents are the same.
+    tenfold_cmp = by_config["lag10x"]
+    lag_matches = sorted(
+        (m for m in tenfold_cmp.matches if (m.recorded or m.replayed).rule == "lag"),  # type: ignore[union-attr]
+        key=lambda m: (m.recorded or m.replayed).fired_at,  # type: ignore[union-attr]
+    )
+    assert [m.outcome for m in lag_matches] == ["lost", "later"]
+    assert [m.recorded.fired_at for m in lag_matches if m.recorded] == lag_fired
+    first_lost, later = lag_matches
+    assert first_lost.recorded is not None and first_lost.recorded.severity == "warning"
+    assert later.recorded is not None and later.replayed is not None
+    assert later.recorded.severity == "critical" and later.replayed.severity == "warning"
+    assert 6 <= (later.shift_s or 0) <= 12  # 50 behind for 4 s, 150 behind for 4 s, then 500
+    others = [m for m in tenfold_cmp.matches if (m.recorded or m.replayed).rule != "lag"]  # type: ignore[union-attr]
+    assert others and all(m.outcome == "same" for m in others)
+    assert any(m.recorded and m.recorded.rule == "stopped" and m.recorded.group == stopped for m in others)
+    rows = {(r.rule, r.severity): r for r in tenfold_cmp.rules}
+    assert rows["lag", "warning"] == RuleComparison(
+        "lag", "warning", 1, 1, gained=0, lost=1, other_severity=0, pages_gained=0, pages_lost=0,
+        earlier=0, later=0, earlier_median_s=None, earlier_worst_s=None, later_median_s=None, later_worst_s=None,
+    )  # fmt: skip
+    assert rows["lag", "critical"][2:10] == (1, 0, 0, 0, 1, 0, 1, 0)  # recorded 1, replayed 0, changed, page lost
+    assert rows["lag", "critical"].later == 1 and rows["lag", "critical"].later_worst_s == later.shift_s
+    assert not any(r.differs() for r in tenfold_cmp.rules if r.rule != "lag")
+    assert tenfold_cmp.totals.pages_lost == 1 and tenfold_cmp.totals.pages_gained == 0
+    assert any(
+        "candidate lag10x: overlay on the recorded configuration: rules.lag.warning.offsets 20 -> 200; "
+        "rules.lag.critical.offsets 100 -> 1000" in line
+        for line in result.overlays
+    )
+
+    # A candidate identical to the recorded configuration: no difference at all.
+    same_cmp = by_config["same"]
+    assert all(m.outcome == "same" for m in same_cmp.matches) and not any(r.differs() for r in same_cmp.rules)
+    assert same_cmp.rules == recorded.rules
+    assert any(
+        "candidate same: overlay on the recorded configuration: changes nothing recorded" in x for x in result.overlays
+    )
+
+    # Parquet beside the replay: the comparison per config, rule and severity, and per incident; readers of the
+    # replay's partitions skip them.
+    table = ds.dataset(tmp_path / "out" / "_comparison", format="parquet").to_table().to_pylist()
+    assert {
+        (r["config"], r["rule"], r["severity"], r["lost"], r["pages_lost"]) for r in table if r["rule"] == "lag"
+    } >= {
+        ("lag10x", "lag", "warning", 1, 0),
+        ("lag10x", "lag", "critical", 0, 1),
+    }
+    incidents = ds.dataset(tmp_path / "out" / "_incidents", format="parquet").to_table().to_pylist()
+    assert sorted(r["outcome"] for r in incidents if r["config"] == "lag10x" and r["rule"] == "lag") == [
+        "later",
+        "lost",
+    ]
+    replay = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
+    assert set(replay.column("config").to_pylist()) == {"recorded", "lag10x", "same"}

@@ -4,7 +4,12 @@
         the cluster's rows, sorted by time within the task's partition, streamed in Arrow batches (mapInArrow)
         -> ClusterSnapshots poll by poll -> the daemon's own ClusterPipeline.step, per candidate config
     -> every alert that would have fired (start, end, rule, severity, peak lag, condition-to-alert time) and every
-       notification (pages), as Parquet under --output, and a summary with the configs side by side.
+       notification, as Parquet under --output, and a summary with the configs side by side
+    -> on the driver, each config's incidents beside the ones the daemon raised (the lake's alert transitions): per
+       rule and severity, gained, lost, pages, fire times (lagwatch.pipeline.whatif), printed and as Parquet.
+
+A candidate file is an overlay on the configuration each cluster recorded (at each time one was recorded):
+`rules: lag:` alone changes the lag rule and nothing else.
 
 A task holds one Arrow batch, one poll and the pipelines' state, never a cluster's whole range (one pandas frame
 per cluster took about 3 KB of Python worker memory per lake row: 3 GB for 8 hours of 1,000 group-partitions).
@@ -23,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +36,24 @@ from lagwatch.alerts import AlertState
 from lagwatch.errors import ConfigError, LagwatchError
 from lagwatch.pipeline.lake_read import ClusterParams, ParamsTimeline, check_lake, recorded_params
 from lagwatch.pipeline.times import iso, range_text, time_arg
+from lagwatch.pipeline.whatif import (
+    CandidateTotals,
+    Difference,
+    Incident,
+    Match,
+    RecordedTransition,
+    RuleComparison,
+    compare,
+    difference_lines,
+    differences,
+    leaves,
+    match,
+    overlay,
+    ranking_lines,
+    recorded_incidents,
+    table_lines,
+    totals,
+)
 
 if TYPE_CHECKING:
     from lagwatch.lake.codec import ReplayPoll
@@ -65,9 +89,41 @@ class BacktestError(LagwatchError):
 
 @dataclass(frozen=True)
 class Candidate:
+    """A configuration to replay: `recorded` (no path), or a file's `rules:` and `alerts:` as overlays on the
+    configuration each cluster recorded (a section left out: the recorded one as it is)."""
+
     name: str
-    rules: Mapping[str, Any] | None  # None: the recorded configuration of each cluster
+    rules: Mapping[str, Any] | None  # the overlay; None: the recorded section as it is
     alerts: Mapping[str, Any] | None
+    path: str | None = None  # None: `recorded`, exactly what the daemon ran with
+
+    @property
+    def recorded(self) -> bool:
+        return self.path is None
+
+
+@cache
+def _defaults() -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """lagwatch's default rules and alerts, as a daemon records them: what an overlay goes on where a cluster
+    recorded no configuration."""
+    from lagwatch.alerts import AlertsConfig
+    from lagwatch.rules import RulesConfig
+
+    return RulesConfig().model_dump(mode="json"), AlertsConfig().model_dump(mode="json")
+
+
+def candidate_config(
+    candidate: Candidate, params: ClusterParams
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """The rules and alerts a candidate replays with from `params.recorded_at` on: the recorded ones (None where
+    none was recorded) for `recorded`, else its overlays deep-merged on them (or on the defaults)."""
+    if candidate.recorded:
+        return params.rules, params.alerts
+    rules, alerts = _defaults()
+    return (
+        overlay(params.rules if params.rules is not None else rules, candidate.rules or {}),
+        overlay(params.alerts if params.alerts is not None else alerts, candidate.alerts or {}),
+    )
 
 
 # -- the replay (runs on the executors; core only) ------------------------------------------------------------------
@@ -96,16 +152,12 @@ class Replayer:
     def _alerts_config(self, params: ClusterParams) -> Any:
         from lagwatch.alerts import AlertsConfig
 
-        return AlertsConfig.model_validate(
-            self.candidate.alerts if self.candidate.alerts is not None else params.alerts
-        )
+        return AlertsConfig.model_validate(candidate_config(self.candidate, params)[1])
 
     def _resolver(self, params: ClusterParams) -> Any:
         from lagwatch.rules import RuleResolver, RulesConfig
 
-        return RuleResolver(
-            RulesConfig.model_validate(self.candidate.rules if self.candidate.rules is not None else params.rules)
-        )
+        return RuleResolver(RulesConfig.model_validate(candidate_config(self.candidate, params)[0]))
 
     def _apply(self, params: ClusterParams, now: float = -math.inf) -> None:
         """The configuration in force from `params.recorded_at` on, as a daemon restarted with it takes it up: its
@@ -142,8 +194,7 @@ class Replayer:
         if not timeline:
             return None
         for p in timeline:
-            rules = candidate.rules if candidate.rules is not None else p.rules
-            alerts = candidate.alerts if candidate.alerts is not None else p.alerts
+            rules, alerts = candidate_config(candidate, p)
             if rules is None or alerts is None:
                 return None
         return cls(cluster, candidate, timeline)
@@ -363,12 +414,12 @@ def _say(message: str) -> None:
 
 def load_candidate(path: str) -> Candidate:
     """A YAML file with `rules:` and/or `alerts:` (a whole lagwatch config works; other sections are ignored), or
-    `recorded`. Invalid: BacktestError naming the file and the field."""
+    `recorded`. Its sections are overlays on the recorded configuration, checked here as far as they can be alone
+    (a value out of range, an unknown key), and over each recorded configuration once the lake is read
+    (`check_candidates`). Invalid: BacktestError naming the file and the field."""
     if path == RECORDED:
         return Candidate(RECORDED, None, None)
-    from lagwatch.alerts import AlertsConfig
     from lagwatch.config import _check_yaml
-    from lagwatch.rules import RulesConfig
 
     file = Path(path)
     if not file.is_file():
@@ -379,31 +430,87 @@ def load_candidate(path: str) -> Candidate:
         raise BacktestError(e.problems[0]) from None
     if not isinstance(data, dict) or not ({"rules", "alerts"} & set(data)):
         raise BacktestError(f"--config {path}: needs a rules: or alerts: section")
+    sections: dict[str, Mapping[str, Any] | None] = {}
+    for section in ("rules", "alerts"):
+        value = data.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise BacktestError(f"--config {path}: {section}: must be a mapping")
+        sections[section] = value
+    candidate = Candidate(file.stem, sections["rules"], sections["alerts"], path)
+    # Alone, over the defaults: a problem at or under a value the file sets is the file's own, whatever was
+    # recorded (said before Spark starts); one between values (critical_fraction below warning_fraction) may
+    # depend on the recorded ones, and is judged over them.
+    rules, alerts = _defaults()
+    problem = config_problem(candidate, ClusterParams(DEFAULT_MAX_GAP_S, False, rules, alerts))
+    if problem is not None:
+        where, message, own = problem
+        if own:
+            raise BacktestError(f"--config {path}: {where}: {message}")
+    return candidate
+
+
+def config_problem(candidate: Candidate, params: ClusterParams) -> tuple[str, str, bool] | None:
+    """The first problem of the candidate's configuration over `params`: (field, message, at or under a value the
+    candidate sets itself?), or None when it validates."""
     from pydantic import ValidationError
 
-    try:
-        rules = RulesConfig.model_validate(data.get("rules") or {}).model_dump(mode="json")
-        alerts = AlertsConfig.model_validate(data.get("alerts") or {}).model_dump(mode="json")
-    except ValidationError as e:
-        err = e.errors()[0]
-        section = "rules" if "rules" in data and not _valid(RulesConfig, data.get("rules")) else "alerts"
-        where = ".".join(str(p) for p in (section, *err["loc"]))
-        raise BacktestError(f"--config {path}: {where}: {str(err['msg']).removeprefix('Value error, ')}") from None
-    return Candidate(file.stem, rules, alerts)
+    from lagwatch.alerts import AlertsConfig
+    from lagwatch.rules import RulesConfig
+
+    rules, alerts = candidate_config(candidate, params)
+    for section, model, merged, own in (
+        ("rules", RulesConfig, rules, candidate.rules),
+        ("alerts", AlertsConfig, alerts, candidate.alerts),
+    ):
+        try:
+            model.model_validate(merged)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = tuple(str(p) for p in err["loc"])
+            set_here = any(loc[: len(leaf)] == leaf for leaf in leaves(own or {}))
+            message = str(err["msg"]).removeprefix("Value error, ")
+            return ".".join((section, *loc)), message, set_here
+    return None
 
 
-def _valid(model: Any, data: Any) -> bool:
-    from pydantic import ValidationError
+def check_candidates(
+    candidates: Sequence[Candidate], params: Mapping[str, ParamsTimeline], clusters: Sequence[str]
+) -> None:
+    """Every candidate over every configuration recorded for the clusters replayed (or over the defaults where
+    none was): BacktestError (one line, the file and the field) at the first that does not validate."""
+    for candidate in candidates:
+        if candidate.recorded:
+            continue
+        for cluster in clusters:
+            for p in params.get(cluster) or [ClusterParams(DEFAULT_MAX_GAP_S, False, None, None)]:
+                problem = config_problem(candidate, p)
+                if problem is not None:
+                    where, message, _ = problem
+                    over = (
+                        f"the configuration recorded for cluster {cluster} at {iso(p.recorded_at)}"
+                        if p.rules is not None
+                        else f"the defaults (cluster {cluster} recorded no configuration)"
+                    )
+                    raise BacktestError(f"--config {candidate.path}: {where}: {message} (merged over {over})")
 
-    try:
-        model.model_validate(data or {})
-        return True
-    except ValidationError:
-        return False
+
+def overlay_changes(candidate: Candidate, params: Mapping[str, ParamsTimeline], clusters: Sequence[str]) -> str:
+    """`candidate X: overlay on the recorded configuration: rules.lag.warning.offsets 5000 -> 50000; ...`."""
+    from lagwatch.pipeline.whatif import leaf_changes, overlay_line
+
+    rules, alerts = _defaults()
+    timelines = [list(params.get(c) or []) for c in clusters]
+    recorded_rules = [p.rules if p.rules is not None else rules for t in timelines for p in t] or [rules]
+    recorded_alerts = [p.alerts if p.alerts is not None else alerts for t in timelines for p in t] or [alerts]
+    changes = [
+        *leaf_changes("rules", candidate.rules or {}, recorded_rules),
+        *leaf_changes("alerts", candidate.alerts or {}, recorded_alerts),
+    ]
+    return overlay_line(candidate.name, changes)
 
 
 # What a backtest writes in its output directory; anything else there is not its own to replace.
-_OUTPUT_ENTRIES = ("_SUCCESS", "._SUCCESS.crc")
+_OUTPUT_ENTRIES = ("_SUCCESS", "._SUCCESS.crc", "_comparison", "_incidents")
 
 
 def _check_output(output: str, lake: str) -> None:
@@ -434,6 +541,26 @@ def _check_output(output: str, lake: str) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """One candidate's replay beside what the daemon raised (see lagwatch.pipeline.whatif)."""
+
+    config: str
+    recorded: bool  # the recorded configuration: `differences` says where the replay is not the daemon
+    matches: list[Match]
+    rules: list[RuleComparison]
+    totals: CandidateTotals
+    differences: list[Difference]  # worked out for `recorded` only: where the replay is not the daemon
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    replay: Any  # pandas DataFrame of OUTPUT_COLUMNS, as written under --output
+    comparisons: list[Comparison]
+    before_range: list[Incident]  # the daemon's incidents that fired before the replayed range (not compared)
+    overlays: list[str]  # per candidate file, what it changes in the recorded configuration
+
+
 def run_backtest(
     lake: str,
     configs: Sequence[str],
@@ -442,7 +569,20 @@ def run_backtest(
     until: float | None = None,
     spark: Any = None,
 ) -> Any:
-    """The whole job; returns the result as a pandas DataFrame (also written under `output`)."""
+    """The whole job; returns the replay as a pandas DataFrame (also written under `output`)."""
+    return backtest(lake, configs, output, since, until, spark).replay
+
+
+def backtest(
+    lake: str,
+    configs: Sequence[str],
+    output: str,
+    since: float | None = None,
+    until: float | None = None,
+    spark: Any = None,
+) -> BacktestResult:
+    """The whole job: the replay, and each candidate beside what the daemon raised, printed and written under
+    `output` (`_comparison/` and `_incidents/` beside the `config=` partitions)."""
     started = time.monotonic()
     candidates = [load_candidate(c) for c in (configs or [RECORDED])]
     names = [c.name for c in candidates]
@@ -470,23 +610,198 @@ def run_backtest(
         raise BacktestError(f"no snapshots in {lake} {range_text(since, until)}")
     for r in counts:
         _say(f"cluster {r['cluster']}: {r['polls']} polls, {iso(r['first'])} .. {iso(r['last'])}")
+    clusters = [str(r["cluster"]) for r in counts]
     params = recorded_params(spark, lake_path, until)
-    if any(c.rules is None for c in candidates):
-        missing = [r["cluster"] for r in counts if r["cluster"] not in params]
+    if any(c.recorded for c in candidates):
+        missing = [c for c in clusters if c not in params]
         if missing:
             raise BacktestError(f"no recorded configuration for cluster(s) {', '.join(missing)}: pass --config FILE")
-    for r in counts:
-        if r["cluster"] not in params:
-            _say(f"cluster {r['cluster']}: no recorded settings, assuming max_gap_s={DEFAULT_MAX_GAP_S}")
+    for c in clusters:
+        if c not in params:
+            _say(f"cluster {c}: no recorded settings, assuming max_gap_s={DEFAULT_MAX_GAP_S} and the default config")
+    check_candidates(candidates, params, clusters)
+    overlays = [overlay_changes(c, params, clusters) for c in candidates if not c.recorded]
+    for line in overlays:
+        _say(line)
     schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
-    _say(f"replaying {len(counts)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
+    _say(f"replaying {len(clusters)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
     result = replay_on_spark(spark, df, candidates, params, {r["cluster"]: int(r["polls"]) for r in counts})
     result.write.mode("overwrite").partitionBy("config").parquet(output)
     # With the schema: a range where nothing fires writes no files, and Spark cannot infer a schema from none.
     pdf = spark.read.schema(schema).parquet(output).toPandas()
     _say(f"wrote {output} ({len(pdf)} rows) in {time.monotonic() - started:.1f} s")
+
+    compared_at = time.monotonic()
+    ranges = {str(r["cluster"]): (float(r["first"]), float(r["last"])) for r in counts}
+    recorded = recorded_incidents(_recorded_transitions(spark, lake_path, since, until), ranges)
+    comparisons = [_compare(c, pdf, recorded.compared, ranges, params) for c in candidates]
+    _write_comparison(spark, output, comparisons)
+    _say(
+        f"compared with the {len(recorded.compared)} alert(s) the daemon raised in the range, in "
+        f"{time.monotonic() - compared_at:.1f} s"
+    )
+    backtest_result = BacktestResult(pdf, comparisons, recorded.before_range, overlays)
     print(summary(pdf, names))
-    return pdf
+    print(comparison_text(backtest_result))
+    return backtest_result
+
+
+def _recorded_transitions(spark: Any, lake: str, since: float | None, until: float | None) -> list[RecordedTransition]:
+    """The daemon's alert transitions in the range, from the lake's `alerts` dataset (none: a lake without it)."""
+    from lagwatch.pipeline.lake_read import read_alerts
+
+    try:
+        rows = read_alerts(spark, lake, since, until).collect()
+    except Exception as e:  # no alerts dataset: the daemon never raised one (or the lake was written by hand)
+        if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
+            return []
+        raise
+    return [
+        RecordedTransition(
+            str(r["cluster"]),
+            float(r["at"]),
+            str(r["transition"]),
+            str(r["key"]),
+            str(r["rule"]),
+            str(r["severity"]),
+            r["group"],
+            _topic(r["labels_json"]),
+            float(r["fired_at"]) if r["fired_at"] is not None else float(r["at"]),
+            float(r["resolved_at"]) if r["resolved_at"] is not None else None,
+        )
+        for r in rows
+    ]
+
+
+def _topic(labels_json: str | None) -> str | None:
+    try:
+        topic = json.loads(labels_json or "{}").get("topic")
+    except (ValueError, AttributeError):
+        return None
+    return topic if isinstance(topic, str) else None
+
+
+def _number(value: Any) -> float | None:
+    """A pandas cell as a float; None for null (NaN)."""
+    return None if value is None or value != value else float(value)
+
+
+def replayed_incidents(pdf: Any, config: str) -> list[Incident]:
+    """The replay's alert rows of one config as incidents."""
+    rows = pdf[(pdf["kind"] == "alert") & (pdf["config"] == config)].to_dict("records")
+    return [
+        Incident(
+            str(r["cluster"]),
+            r["group"] if isinstance(r["group"], str) else None,
+            _topic(r["labels_json"]),
+            str(r["rule"]),
+            str(r["max_severity"] if isinstance(r["max_severity"], str) else r["severity"]),
+            float(r["fired_at"]),
+            _number(r["resolved_at"]),
+            str(r["key"]),
+        )
+        for r in rows
+    ]
+
+
+def _compare(
+    candidate: Candidate,
+    pdf: Any,
+    recorded: list[Incident],
+    ranges: Mapping[str, tuple[float, float]],
+    params: Mapping[str, ParamsTimeline],
+) -> Comparison:
+    matches = match(recorded, replayed_incidents(pdf, candidate.name))
+    diffs: list[Difference] = []
+    if candidate.recorded:
+        from lagwatch.rules import RulesConfig
+
+        warmup = {}
+        for cluster, timeline in params.items():
+            rules = [RulesConfig.model_validate(p.rules) for p in timeline if p.rules is not None]
+            warmup[cluster] = max((max(r.longest_history_s(), r.lag.for_s) for r in rules), default=0.0)
+        restarts = {cluster: [p.recorded_at for p in timeline[1:]] for cluster, timeline in params.items()}
+        diffs = differences(matches, ranges, warmup, restarts)
+    return Comparison(
+        candidate.name, candidate.recorded, matches, compare(matches), totals(candidate.name, matches), diffs
+    )
+
+
+def _ddl(fields: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"`{name}` {kind}" for name, kind in fields)
+
+
+_COMPARISON_FIELDS = (
+    [("config", "string"), ("rule", "string"), ("severity", "string")]
+    + [(name, "long") for name in RuleComparison._fields[2:11]]
+    + [(name, "double") for name in RuleComparison._fields[11:]]
+)
+_INCIDENT_FIELDS = [
+    ("config", "string"), ("outcome", "string"), ("cluster", "string"), ("group", "string"), ("topic", "string"),
+    ("rule", "string"), ("recorded_severity", "string"), ("replayed_severity", "string"),
+    ("recorded_fired_at", "double"), ("replayed_fired_at", "double"), ("shift_s", "double"),
+    ("recorded_resolved_at", "double"), ("replayed_resolved_at", "double"), ("reason", "string"),
+]  # fmt: skip
+
+
+def _write_comparison(spark: Any, output: str, comparisons: Sequence[Comparison]) -> None:
+    """`_comparison/` (per config, rule and severity) and `_incidents/` (per incident and its counterpart) under
+    the output: readers of the replay's `config=` partitions (Spark, pyarrow) skip names starting with `_`."""
+    rules = [(c.config, *r) for c in comparisons for r in c.rules]
+    incidents = []
+    for c in comparisons:
+        reasons = {id(d.match): d.reason for d in c.differences}
+        for m in c.matches:
+            one = m.recorded or m.replayed
+            assert one is not None
+            a, b = m.recorded, m.replayed
+            incidents.append(
+                (
+                    c.config, m.outcome, one.cluster, one.group, one.topic, one.rule,
+                    a.severity if a else None, b.severity if b else None,
+                    a.fired_at if a else None, b.fired_at if b else None, m.shift_s,
+                    a.resolved_at if a else None, b.resolved_at if b else None, reasons.get(id(m)),
+                )
+            )  # fmt: skip
+    for name, fields, rows in (("_comparison", _COMPARISON_FIELDS, rules), ("_incidents", _INCIDENT_FIELDS, incidents)):
+        frame = spark.createDataFrame(rows, schema=_ddl(fields))
+        frame.coalesce(1).write.mode("overwrite").parquet(f"{output.rstrip('/')}/{name}")
+
+
+def _ms(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def comparison_text(result: BacktestResult) -> str:
+    """Each candidate beside what the daemon raised, per rule and severity; `recorded`: equal, or where the
+    replay differs and why when known; several candidates: ranked."""
+    lines = ["", "== beside what the daemon raised (incidents per rule and the highest severity reached; a page is "
+             "an incident that reached critical) =="]  # fmt: skip
+    lines += [f"\n{line}" for line in result.overlays]
+    if result.before_range:
+        lines.append(
+            f"\n{len(result.before_range)} alert(s) the daemon raised before the range's first poll are not compared"
+        )
+    for c in result.comparisons:
+        t = c.totals
+        lines.append(
+            f"\n{c.config}: {t.alerts_replayed} alerts, {t.pages_replayed} pages; the daemon raised "
+            f"{t.alerts_recorded} alerts, {t.pages_recorded} pages"
+        )
+        lines += table_lines(c.rules)
+        if c.recorded and c.differences:
+            lines.append(f"  differs in {len(c.differences)} incident(s):")
+            lines += difference_lines(c.differences, _ms)
+        elif c.recorded:
+            lines.append("  equal: the same incidents, severities, fire and resolve times")
+        elif not any(r.differs() for r in c.rules):
+            lines.append("  no difference: the same incidents, severities and fire times")
+    if len(result.comparisons) > 1:
+        lines.append("\nranked by pages (then pages lost, then alerts); the daemon's in brackets")
+        lines += ranking_lines([c.totals for c in result.comparisons])
+    return "\n".join(lines)
 
 
 def summary(pdf: Any, names: Sequence[str]) -> str:
@@ -516,7 +831,7 @@ def summary(pdf: Any, names: Sequence[str]) -> str:
         by_group = by_group.loc[by_group.sum(axis=1).sort_values(ascending=False).index[:10]]
     table("alerts by group (top 10)", by_group)
     days = pages.assign(day=pd.to_datetime(pages["fired_at"], unit="s", utc=True).dt.strftime("%Y-%m-%d"))
-    table("pages per day (first notification of an alert group)", counts(days, "day"))
+    table("notifications opening an alert group, per day", counts(days, "day"))
     if alerts.empty:
         delay = pd.DataFrame(columns=list(names))
     else:
@@ -546,7 +861,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="a candidate config (rules: and alerts:); repeat to compare; 'recorded' (default) is what the daemon ran",
+        help="a candidate config: rules: and/or alerts:, an overlay on the recorded config; repeat to compare; "
+        "'recorded' (default) is exactly what the daemon ran",
     )
     parser.add_argument("--since", type=time_arg, help="ISO time or date, UTC unless it says (default: the start)")
     parser.add_argument("--until", type=time_arg, help="ISO time or date, exclusive (default: the end)")

@@ -151,3 +151,17 @@ def polls_per_cluster(snapshots: Any) -> list[Any]:
         .orderBy("cluster")
         .collect()
     )
+
+
+def read_alerts(spark: Any, lake: str, since: float | None = None, until: float | None = None) -> Any:
+    """The lake's `alerts` rows (the daemon's alert transitions, firing and resolved) in [since, until)."""
+    from pyspark.sql import functions as F
+
+    from lagwatch.lake.codec import ALERT_COLUMNS
+
+    df = _read(spark, lake, "alerts", ALERT_COLUMNS)
+    if since is not None:
+        df = df.where((F.col("date") >= date_of(since)) & (F.col("at") >= since))
+    if until is not None:
+        df = df.where((F.col("date") <= date_of(until)) & (F.col("at") < until))
+    return df

@@ -315,7 +315,16 @@ def _config_rules(config: str | None) -> Mapping[str, Any] | None:
     candidate = load_candidate(config)
     if candidate.rules is None:
         raise ReportError("--config: give a file with a rules: section (or leave --config out)")
-    return candidate.rules
+    from pydantic import ValidationError
+
+    from lagwatch.rules import RulesConfig
+
+    try:  # the file's rules alone, over the defaults (load_candidate leaves checks between values to the overlay)
+        return RulesConfig.model_validate(candidate.rules).model_dump(mode="json")
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in ("rules", *err["loc"]))
+        raise ReportError(f"--config {config}: {where}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
 def _rules_of(
