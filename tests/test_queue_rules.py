@@ -116,3 +116,57 @@ def test_a_queue_whose_broker_reports_no_lag_is_never_judged() -> None:
 
     (row,) = share_partitions(g, {TP: PartitionOffsets(0, 1030)})
     assert (row.start_offset, row.lag, row.lag_source, row.members) == (100, 930, LagSource.ESTIMATED, 1)
+
+
+def test_a_hung_queue_is_one_incident_though_slow_describes_make_its_position_jump() -> None:
+    # Found on a loaded broker: DescribeShareGroupOffsets took 2.1-2.4 s, so the position (log end read after it,
+    # minus the lag) ran 5 to 20 records ahead on slow polls, nothing delivered; `stalled` fired and resolved 5
+    # times in 5 minutes, and `falling_behind` paged between.
+    p = Pipeline({"stalled": {"window_s": 45}, "falling_behind": {"window_s": 60}, **QUIET_LAG})
+    drift = [0, 0, 21, 0, 5, 0, 0, 24, 16, 0, 0, 26, 0, 3]  # records that arrived while a poll read (14 polls)
+    true_position = 660
+    for i in range(200):
+        t, end = 3.0 * i, 1000 + 30 * i  # 10 records a second
+        g = queue(end - true_position, end, drift=drift[i % len(drift)])
+        p.step(snapshot(t, [g], {TP: end}))
+    assert rules_sent(p) == [("firing", "stalled")] or {k for k, _ in rules_sent(p)} <= {"firing", "update"}
+    assert [k for k, rule in rules_sent(p) if rule == "stalled" and k in ("firing", "resolved")] == ["firing"]
+    assert "falling_behind" not in {rule for _, rule in rules_sent(p)}
+
+
+def test_a_slow_job_queue_with_a_record_always_in_flight_is_not_stalled() -> None:
+    # One record every 24.4 s, 25 s of work each: it keeps up, one record in flight, one waiting now and then.
+    p = Pipeline({"stalled": {"window_s": 45}, "falling_behind": {"window_s": 60}, **QUIET_LAG})
+    for i in range(400):
+        t = 3.0 * i
+        end = 1 + int(t / 24.4)
+        done = int(t / 25.0)
+        p.step(snapshot(t, [queue(max(1, end - done), end)], {TP: end}))
+    assert p.sent == []
+
+
+def test_a_stall_is_held_across_a_restart_while_its_queue_is_empty() -> None:
+    # Its hung consumer left (max.poll.interval) while lagwatch was down: `stalled` resolved at the first poll after
+    # the restart ("all clear", 300 records waiting), and `stopped` paged 50 s later.
+    p = Pipeline({"stalled": {"window_s": 45}, "stopped": {"window_s": 45}, **QUIET_LAG}, max_gap_s=10)
+    for i in range(40):
+        p.step(snapshot(3.0 * i, [queue(300, 300)], {TP: 300}))
+    assert p.firing() == {"stalled": "critical"}
+    for i in range(40, 45):  # the hung member leaves; lagwatch stops 15 s later
+        p.step(snapshot(3.0 * i, [queue(300, 300, members=0)], {TP: 300}))
+    for i in range(40):  # 72 s down, back to a queue nobody consumes
+        t = 204 + 3.0 * i
+        p.step(snapshot(t, [queue(300, 300, members=0)], {TP: 300}))
+    # `stalled` is held until `stopped` can judge, and resolves in the same notification that tells `stopped`.
+    told = [({a.rule for a in n.firing}, {a.rule for a in n.alerts} - {a.rule for a in n.firing}) for n in p.sent]
+    assert told == [({"stalled"}, set()), ({"stopped"}, {"stalled"})], told
+
+
+def test_a_share_group_without_any_reported_lag_has_no_lag_not_zero() -> None:
+    from lagwatch.lag import LagState, group_lag
+    from lagwatch.model import PartitionOffsets
+
+    empty = queue(None, 1030, members=0, start=100)
+    lag = group_lag(empty, {TP: PartitionOffsets(0, 1030)})
+    assert [(r.lag, r.state) for r in lag.partitions] == [(None, LagState.UNKNOWN)] and not lag.known
+    assert group_lag(queue(50, 1030), {TP: PartitionOffsets(0, 1030)}).known

@@ -196,7 +196,13 @@ def test_share_groups_are_read_with_kafkas_own_figures(
             assert len(said) == 1
             assert "share_lag" in views.cluster_view(daemon.clusters["share"])["blind_spots"]
             daemon.render_metrics()
-            assert b'lagwatch_blind_spot{cluster="share",what="share_lag"} 1' in daemon.metrics_body()
+            body = daemon.metrics_body()
+            assert b'lagwatch_blind_spot{cluster="share",what="share_lag"} 1' in body
+            # No lag is known: none is said (a 0 was, for queues with a thousand records waiting).
+            assert f'lagwatch_group_lag{{cluster="share",group="{done}"}}'.encode() not in body
+            assert f'lagwatch_group_members{{cluster="share",group="{done}"}}'.encode() in body
+            summary = next(g for g in views.group_summaries(daemon.clusters["share"]) or [] if g["group"] == done)
+            assert summary["lag"] is None and summary["kind"] == "share"
         finally:
             logging.getLogger("lagwatch").removeHandler(handler)
             daemon.stop()

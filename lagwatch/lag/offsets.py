@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import NamedTuple
 
-from lagwatch.model import GroupSnapshot, PartitionOffsets, TopicPartition
+from lagwatch.model import GroupKind, GroupSnapshot, PartitionOffsets, TopicPartition
 
 
 class LagState(StrEnum):
@@ -56,6 +56,12 @@ class GroupLag(NamedTuple):
     def count_state(self, state: LagState) -> int:
         return sum(1 for p in self.partitions if p.state is state)
 
+    @property
+    def known(self) -> bool:
+        """Whether any row's lag is known: a group whose every row is unknown (a log end unread everywhere; a share
+        group whose broker reports no lag) has no lag to say, not a lag of 0."""
+        return self.unknown < len(self.partitions) or not self.partitions
+
 
 def partition_lag(
     committed: int | None, offsets: PartitionOffsets | None, use_last_stable: bool = False
@@ -88,6 +94,11 @@ def group_lag(
     rows: list[PartitionLag] = []
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
+    # A share group's share-partitions without a lag (Kafka 4.1; none fetched yet): rows of unknown lag, not of
+    # no commit (a share group never commits), nor left out (its lag was summed as 0 in the API and /metrics).
+    shared = group.share_offsets if group.kind is GroupKind.SHARE else None
+    if shared:
+        ordered = sorted({*ordered, *shared})
     topic: str | None = None
     topic_sum = topic_max = topic_rows = topic_unknown = below = unknown = 0
     NO_COMMIT, UNKNOWN, OK, BELOW_LOG_START = (
@@ -107,7 +118,7 @@ def group_lag(
             end = offsets.last_stable if use_last_stable and offsets.last_stable is not None else log_end
         if committed is None:
             offset = lag = None
-            state = NO_COMMIT
+            state = UNKNOWN if shared else NO_COMMIT
         else:
             offset = committed.offset
             if end is None:

@@ -649,7 +649,7 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     if any(later.settled < earlier.settled for earlier, later in itertools.pairwise(series)):
         return
     first, last = series[0], series[-1]
-    if ctx.group.kind is GroupKind.SHARE and queue.hung(first.lag, first.committed, last.lag, last.committed):
+    if ctx.group.kind is GroupKind.SHARE and queue.hung([p.lag for p in series], [p.committed for p in series]):
         return  # a queue's position drifts by a few records under production: a hung one is `stalled`'s
     middle = max((row for row in series if row.t <= ctx.now - window / 2), key=lambda row: row.t)
     first_lag, mid_lag, last_lag = first.settled, middle.settled, last.settled

@@ -11,22 +11,34 @@ a healthy one go back. Here a queue's lag judges, and its position only in bulk 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from lagwatch.history import PartitionProgress
 from lagwatch.model import Finding, TopicPartition
 from lagwatch.rules.context import GroupContext
 from lagwatch.rules.text import duration, partitions
 
-# Records delivered over a window, as a share of those that arrived (plus one), under which a queue with members
-# counts as stalled: its position drifts by what arrives between the coordinator's read of the log end and
-# lagwatch's (a few milliseconds: one record at most on a slow topic, far below 1% of a window's arrivals on a busy
-# one), and a consumer delivering anything near its share of the arrivals falls behind at worst (`falling_behind`).
+# Records delivered over a window, as a share of those that arrived, under which a queue with members counts as
+# stalled: a consumer delivering anything near its share of the arrivals falls behind at worst (`falling_behind`),
+# and a slow one delivers some (a job of 25 s a record, one record in flight, was paged critical when one record
+# more was allowed for the drift below).
 STALL_DELIVERED_SHARE = 0.01
+# The position runs ahead of the queue's true one by what arrives between the coordinator's read of the log end and
+# lagwatch's, and DescribeShareGroupOffsets took 2.1-2.4 s on a loaded broker (the others 1-5 ms): 5 to 20 records
+# a window at 10 records/s, well over 1%, and a hung queue's `stalled` fired and resolved 5 times in 5 minutes. The
+# drift only adds: the least of a few polls' positions at each end of the window is as near the truth as the
+# quickest of those polls.
+DRIFT_POLLS = 3
 
 
 def next_to_nothing(delivered: int, arrived: int) -> bool:
-    return delivered <= STALL_DELIVERED_SHARE * max(arrived, 0) + 1
+    return delivered <= STALL_DELIVERED_SHARE * max(arrived, 0)
+
+
+def delivered(positions: Sequence[int]) -> int:
+    """Records delivered over a window, from its positions at each poll (DRIFT_POLLS)."""
+    k = max(1, min(DRIFT_POLLS, len(positions) // 2))
+    return max(0, min(positions[-k:]) - min(positions[:k]))
 
 
 def _window_lags(
@@ -38,14 +50,15 @@ def _window_lags(
     if len(samples) < 2 or samples[0].t > ctx.now - window:
         return None
     lags: list[int] = []
+    positions: list[int] = []
     for s in samples:
         if s.committed is None or s.log_end is None:
             return None
         lags.append(max(0, s.log_end - s.committed))
+        positions.append(s.committed)
     first, last = samples[0], samples[-1]
-    assert first.committed is not None and last.committed is not None
     assert first.log_end is not None and last.log_end is not None
-    return lags, last.committed - first.committed, last.log_end - first.log_end
+    return lags, delivered(positions), last.log_end - first.log_end
 
 
 def stalled(ctx: GroupContext) -> Iterator[Finding]:
@@ -56,10 +69,12 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         return
     if not ctx.group.members:
         # Every member gone: `stopped` judges after its window. Gone for less, a crash loop's restart may be under
-        # way: a firing stall stays while records wait.
+        # way; or lagwatch was not watching all through the window (a restart): `stopped` cannot judge yet, and a
+        # stall resolved then was a false all-clear followed by a `stopped` page. A firing stall stays while
+        # records wait.
         clock = ctx.history.empty_clock(ctx.group.group_id)
         window = ctx.rules()[0].stalled.window_s
-        if clock is not None and ctx.now - clock.since < window:
+        if (clock is not None and ctx.now - clock.since < window) or not ctx.covered(window):
             for topic_lag in ctx.measure.lag.topics:
                 if topic_lag.sum_lag > 0:
                     ctx.hold("stalled", topic_lag.topic)
@@ -76,27 +91,27 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         if seen is None:
             ctx.hold("stalled", tp.topic)  # it cannot tell: a firing stall stays as it is
             continue
-        lags, delivered, arrived = seen
-        if min(lags) > 0 and next_to_nothing(delivered, arrived):
-            by_topic.setdefault(tp.topic, []).append((tp.partition, lags[-1], max(delivered, 0), arrived))
+        lags, done, arrived = seen
+        if min(lags) > 0 and next_to_nothing(done, arrived):
+            by_topic.setdefault(tp.topic, []).append((tp.partition, lags[-1], done, arrived))
     for topic, rows in sorted(by_topic.items()):
         rule = ctx.rules(topic)[0].stalled
         rows.sort()
         waiting = sum(r[1] for r in rows)
-        delivered = sum(r[2] for r in rows)
+        done = sum(r[2] for r in rows)
         arrived = sum(r[3] for r in rows)
-        done = "nothing" if delivered == 0 else f"{delivered} of the {arrived} records that arrived"
+        said = "nothing" if done == 0 else f"{done} of the {arrived} records that arrived"
         yield ctx.finding(
             "stalled",
             rule.severity,
-            f"{ctx.group.group_id} has members but delivered {done} on {partitions([(topic, r[0]) for r in rows])} "
+            f"{ctx.group.group_id} has members but delivered {said} on {partitions([(topic, r[0]) for r in rows])} "
             f"in the last {duration(rule.window_s)}, while {waiting} records wait (held unacknowledged, or not taken)",
             topic=topic,
             details={
                 "partitions": [r[0] for r in rows],
                 "window_s": rule.window_s,
                 "lag": waiting,
-                "delivered": delivered,
+                "delivered": done,
                 "arrived": arrived,
             },
             for_s=rule.for_s,
@@ -104,11 +119,10 @@ def stalled(ctx: GroupContext) -> Iterator[Finding]:
         )
 
 
-def hung(first_lag: int, first_position: int, last_lag: int, last_position: int) -> bool:
-    """From a window's first and last sums of lag and position: next to nothing delivered (next_to_nothing), as
-    `stalled` counts it."""
-    arrived = (last_lag + last_position) - (first_lag + first_position)  # log end = lag + position
-    return next_to_nothing(last_position - first_position, arrived)
+def hung(lags: Sequence[int], positions: Sequence[int]) -> bool:
+    """From a window's sums of lag and position at each poll: next to nothing delivered, as `stalled` counts it."""
+    arrived = (lags[-1] + positions[-1]) - (lags[0] + positions[0])  # log end = lag + position
+    return next_to_nothing(delivered(positions), arrived)
 
 
 def waited_through(ctx: GroupContext, window: float) -> bool:

@@ -316,14 +316,24 @@ def _cluster(f: _Families, rt: ClusterRuntime) -> None:
         if m is None:
             continue
         group_lag = m.lag
+        known = group_lag.known  # no lag known at all (a share group on Kafka 4.1): no series, never a 0
         for (add, name), value in zip(
             group_gauges,
-            (group_lag.sum_lag, group_lag.max_lag, m.max_lag_seconds, m.eta_s, m.consumption_rate, m.production_rate),
+            (
+                group_lag.sum_lag if known else None,
+                group_lag.max_lag if known else None,
+                m.max_lag_seconds,
+                m.eta_s,
+                m.consumption_rate,
+                m.production_rate,
+            ),
             strict=True,
         ):  # f.put inlined, the values read here (six calls fewer per group)
             if value is not None and isfinite(value):
                 add(f"{name}{{{cg}}} {_number(value)}\n")
         for t, seconds in zip(m.lag.topics, m.topic_lag_seconds, strict=True):
+            if t.unknown == t.partitions:
+                continue
             cgt = f'{cg},topic="{_escape(t.topic)}"'
             f.put(topic_sum, cgt, t.sum_lag)
             f.put(topic_max, cgt, t.max_lag)
