@@ -68,7 +68,9 @@ def evaluate(
     partial: set[tuple[str, str | None]] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
+    combinations = 1  # the resolver's (group, topic) combinations this evaluation asks for: the cluster's own
     for group in snapshot.groups:
+        combinations += 1
         group_rules = resolver.resolve(snapshot.cluster, group.group_id)
         rules = group_rules[0]
         if group.error is not None:
@@ -79,6 +81,7 @@ def evaluate(
             )
             continue
         lag = group_lag(group, snapshot.partitions, use_last_stable)
+        combinations += len(lag.topics)
         if lag.unknown:
             idle = _idle_since_last_read(lag, history.groups.get(group.group_id), history, now)
             if idle:
@@ -123,6 +126,7 @@ def evaluate(
         if view is not None:
             expiries[group.group_id] = view.expires_at
     findings.extend(expiry.offsets_vanished(snapshot, history, resolver))
+    resolver.expect(snapshot.cluster, combinations)
     return Evaluation(
         snapshot.cluster,
         now,

@@ -232,13 +232,26 @@ class RuleResolver:
         self._cache: dict[tuple[str, str | None, str | None], tuple[RuleSet, dict[str, str]]] = {}
         self._by_overrides: dict[tuple[int, ...], tuple[RuleSet, dict[str, str]]] = {}
         self._labels: dict[tuple[str, str | None, str | None], tuple[Mapping[str, str], str]] = {}
+        # The combinations each cluster's last evaluation asked for (expect): the caches hold at least twice
+        # their sum before they are cleared. A fixed 100,000 was less than one poll's at 1M group-partitions
+        # (100,000 groups, each asking for itself and its topic), so both caches were cleared and built again
+        # over and over at every poll (7% of a step, bench/daemon_step_bench.py).
+        self._expected: dict[str, int] = {}
+        self._limit = _CACHE_LIMIT
+
+    def expect(self, cluster: str, combinations: int) -> None:
+        """How many (group, topic) combinations an evaluation of `cluster` asks for: the caches keep room for
+        them (groups and topics that come and go still never grow them without bound)."""
+        if self._expected.get(cluster) != combinations:
+            self._expected[cluster] = combinations
+            self._limit = max(_CACHE_LIMIT, 2 * sum(self._expected.values()))
 
     def resolve(
         self, cluster: str, group: str | None = None, topic: str | None = None
     ) -> tuple[RuleSet, dict[str, str]]:
         key = (cluster, group, topic)
         if key not in self._cache:
-            if len(self._cache) >= _CACHE_LIMIT:
+            if len(self._cache) >= self._limit:
                 self._cache.clear()  # groups and topics come and go: never let the cache grow without bound
             matching = tuple(
                 i for i, override in enumerate(self.config.overrides) if override.match.matches(cluster, group, topic)
@@ -262,7 +275,7 @@ class RuleResolver:
         key = (cluster, group, topic)
         found = self._labels.get(key)
         if found is None:
-            if len(self._labels) >= _CACHE_LIMIT:
+            if len(self._labels) >= self._limit:
                 self._labels.clear()
             _, route = self.resolve(cluster, group, topic)
             labels = {**route, "cluster": cluster}
