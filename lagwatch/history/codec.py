@@ -45,6 +45,7 @@ class PartitionColumns:
     commit_observed: array[int] = field(default_factory=lambda: array("b"))  # -1: no clock
     rings: list[array[int]] = field(default_factory=list)
     read_at: int = 0
+    clocks: dict[tuple[float, bool], Clock] = field(default_factory=dict)  # `take`'s, one per distinct value
 
     def add(self, tp: TopicPartition, p: PartitionProgress) -> None:
         self.partition.append(tp.partition)
@@ -74,7 +75,13 @@ class PartitionColumns:
         i = self.read_at
         self.read_at += 1
         observed = self.commit_observed[i]
-        clock = None if observed < 0 else Clock(self.commit_since[i], bool(observed))
+        if observed < 0:
+            clock = None
+        else:  # one Clock per distinct value, as the polls share them (ClusterHistory.observe)
+            key = (self.commit_since[i], bool(observed))
+            clock = self.clocks.get(key)
+            if clock is None:
+                clock = self.clocks[key] = Clock(*key)
         ring = PollRing(self.ring_first[i], self.rings[i])
         return TopicPartition(topic, self.partition[i]), PartitionProgress(ring, clock)
 

@@ -31,11 +31,18 @@ class PollRing:
         values = self.values
         end = self.first + len(values)
         if poll == end and values:  # the next poll, as at almost every call: append, drop the oldest when full
-            values.append(NO_VALUE if value is None else value)
-            excess = len(values) - keep
+            # The oldest go first, then the new value: a full ring keeps its length, and its array never grows
+            # past `keep` (appended first, every full ring's array was reallocated with room for a few more,
+            # 24 bytes a group-partition for nothing: 24 MB at 1M).
+            excess = len(values) + 1 - keep
             if excess > 0:  # one, or more when `keep` shrank (a history saved under longer windows)
                 del values[:excess]
                 self.first += excess
+                values.append(NO_VALUE if value is None else value)
+            else:
+                values.append(NO_VALUE if value is None else value)
+                if excess == 0:  # full for the first time: its array as long as it, no spare room from growing
+                    self.values = array("q", values)
             return
         keep_from = poll - keep + 1
         if not values or end < keep_from or poll < end:

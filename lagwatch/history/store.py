@@ -110,6 +110,10 @@ class ClusterHistory:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _bounds_newest: int = field(default=0, init=False, repr=False, compare=False)
+    # Clock(now, observed=False) and Clock(now, observed=True) of the poll being observed (`observe`).
+    _clocks: tuple[Clock, Clock] = field(
+        default=(Clock(0.0, False), Clock(0.0, True)), init=False, repr=False, compare=False
+    )
 
     def window(self, progress: PartitionProgress, tp: TopicPartition, since: float) -> list[Sample]:
         """`tp`'s samples from the last one at or before `since` to now (so the window is fully covered); all of
@@ -306,6 +310,9 @@ class ClusterHistory:
                     resume_owed.discard(tp)
                 timeline.add(now, offsets.log_end)
         seen = set()
+        # The clocks this poll sets, one of each shared by every partition it sets them on (frozen values): a
+        # Clock per group-partition was 56 bytes each, 50 MB at 1M group-partitions.
+        self._clocks = (Clock(now, observed=False), Clock(now, observed=True))
         for group in snapshot.groups:
             seen.add(group.group_id)
             if group.error is None:
@@ -417,6 +424,7 @@ class ClusterHistory:
         # (a consumer that commits all the time costs one comparison a partition).
         times = self.poll_times
         previous_poll_t = times[-2] if len(times) > 1 else math.inf
+        clocks = self._clocks
         for tp in {*committed_now, *assigned} if assigned else committed_now:
             committed = committed_now.get(tp)
             offset = committed.offset if committed is not None else None
@@ -432,7 +440,7 @@ class ClusterHistory:
                     # A different one is taken as new (a topic deleted and made again: no rewind of the old one).
                     pass
                 elif previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
-                    progress.last_commit_change = Clock(now, observed=bool(ring.values) and not first_look)
+                    progress.last_commit_change = clocks[bool(ring.values) and not first_look]
                 elif offset != previous:
                     last = progress.last_commit_change
                     if last is not None and last.since < previous_poll_t:
@@ -442,7 +450,7 @@ class ClusterHistory:
                         progress.short_since = None
                     elif progress.short_since is None:
                         progress.short_since = now
-                    progress.last_commit_change = Clock(now, observed=True)
+                    progress.last_commit_change = clocks[True]
                     if offset < previous and not self._log_went_back(tp, ring.first + len(ring.values) - 1, poll):
                         track.rewinds[tp] = (now, previous, offset)
                     if (
