@@ -54,6 +54,10 @@ def apply(
         seen.add(key)
         alert = alerts.get(key)
         severity = SEVERITY_OF[f.severity]
+        # The finding's own details dict, not a copy: every rule builds one per finding and nothing changes a
+        # details dict in place (an alert's are replaced whole at each poll). A copy per finding at every poll
+        # was 200,000 dicts a step at 1M group-partitions, alive twice while the book took them.
+        details = f.details if type(f.details) is dict else dict(f.details)
         if (
             partial
             and alert is not None
@@ -71,7 +75,7 @@ def apply(
                 group=f.group,
                 labels=dict(f.labels),
                 summary=f.summary,
-                details=dict(f.details),
+                details=details,
                 runbook_url=f.runbook_url,
                 for_s=f.for_s,
                 state=AlertState.PENDING,
@@ -81,7 +85,7 @@ def apply(
             )
             alerts[key] = alert
         else:
-            alert.severity, alert.summary, alert.details = severity, f.summary, dict(f.details)
+            alert.severity, alert.summary, alert.details = severity, f.summary, details
             if alert.labels != f.labels:  # nearly always the same: no new dict per alert at every poll
                 alert.labels = dict(f.labels)
             alert.for_s, alert.runbook_url, alert.updated_at = f.for_s, f.runbook_url, now
