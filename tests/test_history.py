@@ -424,7 +424,7 @@ def test_a_group_keeping_up_is_not_said_to_fall_behind_by_the_rates_noise() -> N
     lag = group_lag(group(committed={TP: 90}), {TP: PartitionOffsets(0, 100)})
 
     def measure(produced: float, consumed: float) -> GroupMeasure:
-        return GroupMeasure(lag, (), None, False, produced, consumed, None, {}, (), ())
+        return GroupMeasure(lag, (), b"", (), (), None, False, produced, consumed, None, (), ())
 
     assert not measure(19.82, 19.80).falling_behind
     assert measure(20.0, 15.0).falling_behind

@@ -24,6 +24,7 @@ class LagTime(NamedTuple):
 
 UNKNOWN = LagTime(None)
 _new_tuple = tuple.__new__
+ESTIMATED, EXACT = 1, 2  # GroupMeasure.lag_kinds
 _MISSING = object()
 CAUGHT_UP = LagTime(0.0)
 
@@ -37,21 +38,56 @@ class PartitionMeasure(NamedTuple):
 
 class GroupMeasure(NamedTuple):
     """A NamedTuple like the rows it holds: one per group at every poll, and a frozen dataclass sets each of its
-    fields through object.__setattr__."""
+    fields through object.__setattr__.
+
+    The per-partition figures are columns, one entry per row of `lag.partitions` in its order, not a
+    PartitionMeasure and a LagTime per group-partition: those were 150 bytes and two objects built and freed per
+    group-partition at every poll (150 MB at 1M group-partitions, kept between polls for the exporter and the
+    API). `partitions` and `by_topic` build the rows on demand (the API, the lake, per-partition series)."""
 
     lag: GroupLag
-    partitions: tuple[PartitionMeasure, ...]
+    lag_seconds: tuple[float | None, ...]  # each row's LagTime.seconds
+    lag_kinds: bytes  # each row's LagTime flags: ESTIMATED, EXACT (0: neither)
+    production_rates: tuple[float | None, ...]  # records/s appended to each row's partition over the rate window
+    consumption_rates: tuple[float | None, ...]  # records/s each row's committed offset advanced
     max_lag_seconds: float | None
     lag_seconds_estimated: bool
     production_rate: float | None
     consumption_rate: float | None
     eta_s: float | None  # time to catch up at current rates; None when not catching up or nothing to catch up
-    by_topic: Mapping[str, tuple[PartitionMeasure, ...]]
     # Per topic, taken in measure_group's one pass (the lag rule and the exporter ask for every topic at every poll).
     # Tuples in the order of lag.topics, not dicts: one measure per group is kept per evaluation (two while a poll
     # runs), and a dict and a set per group were 9 MB more RSS at 10,000 groups.
     topic_lag_seconds: tuple[float | None, ...]  # the worst known lag in seconds; None: none known
     topic_estimated: tuple[bool, ...]  # whether that lag in seconds is an estimate
+
+    def lag_time(self, i: int) -> LagTime:
+        """Row `i`'s lag in seconds."""
+        kind = self.lag_kinds[i]
+        return _new_tuple(LagTime, (self.lag_seconds[i], bool(kind & ESTIMATED), bool(kind & EXACT)))
+
+    def partition(self, i: int) -> PartitionMeasure:
+        """Row `i` as a PartitionMeasure."""
+        return _new_tuple(
+            PartitionMeasure,
+            (self.lag.partitions[i], self.lag_time(i), self.production_rates[i], self.consumption_rates[i]),
+        )
+
+    @property
+    def partitions(self) -> tuple[PartitionMeasure, ...]:
+        """Every row, built on demand."""
+        return tuple(self.partition(i) for i in range(len(self.lag.partitions)))
+
+    @property
+    def by_topic(self) -> dict[str, tuple[PartitionMeasure, ...]]:
+        """The rows of each topic, in the order of lag.topics (each topic's rows are adjacent), built on demand."""
+        rows = self.partitions
+        out = {}
+        offset = 0
+        for t in self.lag.topics:
+            out[t.topic] = rows[offset : offset + t.partitions]
+            offset += t.partitions
+        return out
 
     @property
     def falling_behind(self) -> bool:
@@ -115,16 +151,19 @@ def measure_group(
     rates = all_rates.get(since)
     if rates is None:
         rates = all_rates[since] = {}
-    measures: list[PartitionMeasure] = []
+    seconds_column: list[float | None] = []
+    kinds = bytearray(len(lag.partitions))
+    production_column: list[float | None] = []
+    consumption_column: list[float | None] = []
     topic_seconds: dict[str, float] = {}
     estimated_topics: set[str] = set()
     max_seconds: float | None = None
     production: float | None = None  # sums over the committed partitions with a rate: None when none has one
     consumption: float | None = None
-    new_tuple, isfinite = tuple.__new__, math.isfinite
+    isfinite = math.isfinite
     missing: Any = _MISSING  # typed Any: `rates.get(tp, missing)` is a rate or the sentinel
     # The figures are summed in this one pass: it runs per group-partition. group_lag's rows come sorted by topic.
-    for tp, p in zip(lag.tps, lag.partitions, strict=True):
+    for i, (tp, p) in enumerate(zip(lag.tps, lag.partitions, strict=True)):
         timeline = timelines.get(tp)
         committed = p.committed
         production_rate = None
@@ -135,39 +174,44 @@ def measure_group(
         progress = progresses.get(tp)
         log_end = p.log_end
         if committed is None or log_end is None:
-            lag_time = UNKNOWN
+            seconds = None  # UNKNOWN
         elif committed >= log_end or p.lag == 0:  # at the log end, or only markers or open transactions above
-            lag_time = CAUGHT_UP  # the common answers without a call (this runs for every group-partition)
+            seconds = 0.0  # CAUGHT_UP: the common answers without a call (this runs for every group-partition)
             if p.topic not in topic_seconds:
                 topic_seconds[p.topic] = 0.0
         else:
             written_at = record_times.get((tp, committed)) if record_times else None
+            estimated = False
             if written_at is None and timeline is not None:  # lag_seconds inlined for its common case
                 produced = timeline.produced_at(committed)
                 if produced is None:
-                    lag_time = UNKNOWN
+                    seconds = None
                 else:
                     at, estimated = produced
                     behind = now - at
-                    lag_time = (
-                        new_tuple(LagTime, (behind if behind > 0.0 else 0.0, estimated, False))
-                        if isfinite(behind)
-                        else UNKNOWN
-                    )
+                    if isfinite(behind):
+                        seconds = behind if behind > 0.0 else 0.0
+                        if estimated:
+                            kinds[i] = ESTIMATED
+                    else:
+                        seconds = None
             else:
                 lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
-            seconds = lag_time.seconds
+                seconds, estimated = lag_time.seconds, lag_time.estimated
+                kinds[i] = (ESTIMATED if estimated else 0) | (EXACT if lag_time.exact else 0)
             if seconds is not None:
                 topic = p.topic
                 worst = topic_seconds.get(topic)
                 if worst is None or seconds > worst:
                     topic_seconds[topic] = seconds
-                if lag_time.estimated:
+                if estimated:
                     estimated_topics.add(topic)
             else:  # records wait, and when they were written is unknown (a log's history wiped by an election):
                 estimated_topics.add(p.topic)  # the topic's figure is only its other partitions', a lower bound
         consumed = consumption_rate(progress, since, start) if progress is not None else None
-        measures.append(new_tuple(PartitionMeasure, (p, lag_time, production_rate, consumed)))  # see group_lag
+        seconds_column.append(seconds)
+        production_column.append(production_rate)
+        consumption_column.append(consumed)
         if committed is not None:
             if production_rate is not None:
                 production = production_rate if production is None else production + production_rate
@@ -175,23 +219,20 @@ def measure_group(
                 consumption = consumed if consumption is None else consumption + consumed
     if topic_seconds:
         max_seconds = max(topic_seconds.values())
-    by_topic = {}
-    offset = 0
-    for t in lag.topics:  # each topic's rows are adjacent, in the order of lag.topics
-        by_topic[t.topic] = tuple(measures[offset : offset + t.partitions])
-        offset += t.partitions
     eta = None
     if lag.sum_lag > 0 and production is not None and consumption is not None and consumption > production:
         eta = lag.sum_lag / (consumption - production)
     return GroupMeasure(
         lag=lag,
-        partitions=tuple(measures),
+        lag_seconds=tuple(seconds_column),
+        lag_kinds=bytes(kinds),
+        production_rates=tuple(production_column),
+        consumption_rates=tuple(consumption_column),
         max_lag_seconds=max_seconds,
         lag_seconds_estimated=bool(estimated_topics),
         production_rate=production,
         consumption_rate=consumption,
         eta_s=eta,
-        by_topic=by_topic,
         topic_lag_seconds=tuple([topic_seconds.get(t.topic) for t in lag.topics]),
         topic_estimated=tuple([t.topic in estimated_topics for t in lag.topics]),
     )

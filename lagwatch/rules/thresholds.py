@@ -59,7 +59,11 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     m = ctx.measure
     group = ctx.group.group_id
     progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
+    rows = m.lag.partitions
+    end = 0  # each topic's rows are adjacent, in the order of lag.topics: this one's are rows[start:end]
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
+        start = end
+        end += topic.partitions
         rules, _ = ctx.rules(topic.topic)
         if not rules.lag.enabled:
             continue
@@ -75,8 +79,9 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
             continue
         if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
             continue  # a partition's log end unread: what the rest says may raise the alert, never lower it
-        rows = m.by_topic.get(topic.topic, ())
-        worst = sorted(rows, key=lambda row: -(row.partition.lag or 0))[:5]
+        # The five rows with the most lag, in row order among equals (a stable sort of the row numbers).
+        worst = sorted(range(start, end), key=lambda i: -(rows[i].lag or 0))[:5]
+        seconds = m.lag_seconds
         eta = m.eta_s
         falling_behind = m.falling_behind
         if progress is None:
@@ -103,8 +108,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
                 "eta_s": eta,
                 "falling_behind": falling_behind,
                 "worst_partitions": [
-                    {"partition": w.partition.partition, "lag": w.partition.lag, "lag_seconds": w.lag_time.seconds}
-                    for w in worst
+                    {"partition": rows[i].partition, "lag": rows[i].lag, "lag_seconds": seconds[i]} for i in worst
                 ],
             },
             for_s=rules.lag.for_s,
