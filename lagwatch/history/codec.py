@@ -9,7 +9,6 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagwatch.history.rings import PollRing
 from lagwatch.history.tracks import COMMIT_WAITS_KEPT, Clock, GroupTrack, PartitionProgress, Vanished
 from lagwatch.model import TopicPartition
 
@@ -49,12 +48,12 @@ class PartitionColumns:
 
     def add(self, tp: TopicPartition, p: PartitionProgress) -> None:
         self.partition.append(tp.partition)
-        self.ring_first.append(p.committed.first)
-        self.ring_length.append(len(p.committed.values))
+        self.ring_first.append(p.first)
+        self.ring_length.append(len(p.values))
         clock = p.last_commit_change
         self.commit_since.append(clock.since if clock else 0.0)
         self.commit_observed.append(-1 if clock is None else int(clock.observed))
-        self.rings.append(p.committed.values)
+        self.rings.append(p.values)
 
     def fields(self) -> list[array[Any]]:
         return [self.partition, self.ring_first, self.ring_length, self.commit_since, self.commit_observed]
@@ -82,8 +81,7 @@ class PartitionColumns:
             clock = self.clocks.get(key)
             if clock is None:
                 clock = self.clocks[key] = Clock(*key)
-        ring = PollRing(self.ring_first[i], self.rings[i])
-        return TopicPartition(topic, self.partition[i]), PartitionProgress(ring, clock)
+        return TopicPartition(topic, self.partition[i]), PartitionProgress(self.ring_first[i], self.rings[i], clock)
 
 
 class ArrayWriter:

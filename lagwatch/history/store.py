@@ -119,7 +119,7 @@ class ClusterHistory:
         """`tp`'s samples from the last one at or before `since` to now (so the window is fully covered); all of
         them when none is that old. Walks back from the newest: a window is a few samples of up to 64."""
         times, t0 = self.poll_times, self.poll_times_first
-        values, first = progress.committed.values, progress.committed.first
+        values, first = progress.values, progress.first
         ends = self.log_ends.get(tp)
         end_values, end_first = (ends.values, ends.first) if ends is not None else (_NO_ENDS, 0)
         out = []
@@ -153,7 +153,7 @@ class ClusterHistory:
 
     def sampled_since(self, progress: PartitionProgress, since: float) -> bool:
         """Whether a poll at or after `since` sampled this group-partition (committed, or assigned)."""
-        ring, t0, times = progress.committed, self.poll_times_first, self.poll_times
+        ring, t0, times = progress, self.poll_times_first, self.poll_times
         for i in range(len(ring.values) - 1, -1, -1):
             if ring.values[i] != NOT_SAMPLED:
                 at = ring.first + i - t0
@@ -176,7 +176,7 @@ class ClusterHistory:
         newest = self.poll_times_first + len(self.poll_times) - 1
         if start is None or start >= newest:
             return None
-        committed = _aligned(progress.committed, start, newest)
+        committed = _aligned(progress, start, newest)
         log_ends = _aligned(self.log_ends.get(tp), start, newest)
         if committed is None or log_ends is None:
             return None
@@ -202,8 +202,7 @@ class ClusterHistory:
         for tp, progress in partitions.items():
             # _aligned inlined: one count() tells both "sampled at every poll" and "never moved" when the
             # committed offset stayed put, as it does for the groups this rule is about (min() only otherwise).
-            ring = progress.committed
-            first, values = ring.first, ring.values
+            first, values = progress.first, progress.values
             if first > start or first + len(values) - 1 != newest:
                 return None
             committed = values[start - first :]
@@ -229,8 +228,7 @@ class ClusterHistory:
         skipped). Builds no list (this runs for every group-partition at every poll). `start`: window_start(since),
         when the caller has it (a group's partitions share it)."""
         times, t0 = self.poll_times, self.poll_times_first
-        ring = progress.committed
-        values, first = ring.values, ring.first
+        values, first = progress.values, progress.first
         # Mostly the newest sample and the one at `since` both hold a commit: then they are the answer, and the
         # walk below (a step per poll of the window, 20 at 30 s polls and 10 minutes) is not needed.
         if start is None:
@@ -431,7 +429,7 @@ class ClusterHistory:
             progress = partitions.get(tp)
             if progress is None:  # not setdefault: that would build a PartitionProgress on every poll
                 progress = partitions[tp] = PartitionProgress()
-            ring = progress.committed
+            ring = progress  # its own ring of committed offsets
             if offset is not None:
                 previous = ring.last
                 if previous <= NO_VALUE and offset == next((v for v in reversed(ring.values) if v > NO_VALUE), None):
@@ -538,7 +536,7 @@ class ClusterHistory:
         the partition is bridged: log ends only grow, so records waiting on both sides of it waited through it
         (taken as the end of the run, it cut a sink's 8-minute wait to 30 s). -inf: waiting since before the
         polls kept (how long is not known)."""
-        ring, ends = progress.committed, self.log_ends.get(tp)
+        ring, ends = progress, self.log_ends.get(tp)
         if ends is None:
             return None
         times, t0 = self.poll_times, self.poll_times_first
@@ -701,7 +699,7 @@ def _read_v2(history: ClusterHistory, data: dict[str, Any]) -> None:
             for t, committed, log_end in samples:
                 poll = poll_of.get(float(t))
                 if poll is not None:
-                    progress.committed.put(poll, committed, MAX_SAMPLES)
+                    progress.put(poll, committed, MAX_SAMPLES)
                     ends.setdefault(tp, {})[poll] = log_end
         history.groups[group_id] = track
     for tp, by_poll in ends.items():

@@ -164,7 +164,7 @@ def _idle_since_last_read(
 def _committed_before(track: GroupTrack, tp: TopicPartition) -> bool:
     """Whether the group had a commit on `tp` at a poll before this one (this one's sample is the newest)."""
     progress = track.partitions.get(tp)
-    return progress is not None and any(v > NO_VALUE for v in progress.committed.values[:-1])
+    return progress is not None and any(v > NO_VALUE for v in progress.values[:-1])
 
 
 def _poll_problem(
