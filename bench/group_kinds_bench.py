@@ -178,7 +178,7 @@ def polls(bootstrap: str, include: str, steps: int) -> dict[str, Any]:
     return {"requests": dict(snapshot.requests), "median_s": statistics.median(times[1:]), "kinds": kinds, "rows": rows}
 
 
-def daemon_steps(bootstrap: str, steps: int) -> list[float]:
+def daemon_steps(bootstrap: str, steps: int, include: str) -> list[float]:
     """Daemon.poll_cluster (collect, history, rules, alerts, state, metrics) over every group. Run in a process of
     its own (--steps-of), so that its peak RSS is the daemon's alone."""
     state = Path(tempfile.mkdtemp(prefix="lagwatch-bench-state-"))
@@ -188,7 +188,7 @@ def daemon_steps(bootstrap: str, steps: int) -> list[float]:
         rules={"lag": {"warning": {"offsets": 10}, "for_s": 0}},
         alerts={"group_wait_s": 0, "group_interval_s": 0},
     )
-    config = ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False)
+    config = ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False, groups=NameFilter(include=[include]))
     daemon = Daemon(settings, clusters={"bench": config}, notifiers={})
     times = []
     try:
@@ -211,9 +211,10 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--steps-of", metavar="BOOTSTRAP", help=argparse.SUPPRESS)
+    parser.add_argument("--include", default=".*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps_of:
-        times = daemon_steps(args.steps_of, args.steps)
+        times = daemon_steps(args.steps_of, args.steps, args.include)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{statistics.median(times)} {peak} " + " ".join(f"{t:.2f}" for t in times))
         return
@@ -230,12 +231,14 @@ def main() -> None:
         make_groups(bootstrap, args.kafka_version, topics, args.share, args.streams)
         say("polls of every group")
         every = polls(bootstrap, ".*", args.steps)
-        say("whole daemon steps over every group")
-        done = subprocess.run(
-            [sys.executable, __file__, "--steps", str(args.steps), "--steps-of", bootstrap],
-            stdout=subprocess.PIPE, text=True, check=True,
-        )  # fmt: skip
-        median, peak, *steps = done.stdout.split()
+        steps_of = {}
+        for name, include in (("the consumer groups alone", "d-.*"), ("every group", ".*")):
+            say(f"whole daemon steps over {name}")
+            done = subprocess.run(
+                [sys.executable, __file__, "--steps", str(args.steps), "--steps-of", bootstrap, "--include", include],
+                stdout=subprocess.PIPE, text=True, check=True,
+            )  # fmt: skip
+            steps_of[name] = done.stdout.split()
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"Kafka {args.kafka_version}, load average {' '.join(load)}")
     for name, result in (("consumer groups alone", alone), ("every group", every)):
@@ -243,8 +246,9 @@ def main() -> None:
         print(f"{name}: {result['kinds']}, {result['rows']} group-partitions")
         print(f"  requests per poll: {requests} ({sum(result['requests'].values())} in all)")
         print(f"  poll median {result['median_s']:.2f} s")
-    print(f"whole daemon step over every group: median {float(median):.2f} s ({', '.join(steps)}); "
-          f"peak RSS of the daemon's process {float(peak):.0f} MB")  # fmt: skip
+    for name, (median, peak, *steps) in steps_of.items():
+        print(f"whole daemon step over {name}: median {float(median):.2f} s ({', '.join(steps)}); "
+              f"peak RSS of the daemon's process {float(peak):.0f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

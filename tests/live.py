@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -81,3 +83,27 @@ class Background:
 
 def commit(consumer: KafkaConsumer, topic: str, offset: int) -> None:
     consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(offset, "", -1)})
+
+
+def poll_until_paged(
+    daemon: Any, cluster: str, record: Recorder, groups: Mapping[str, str], timeout: float
+) -> dict[str, float]:
+    """Polls `cluster` each second until every one of `groups` (name -> group id) was notified, then 5 polls more
+    (in which the others must stay quiet); returns how long after the call each was paged."""
+    from tests.conftest import wait_for
+
+    started = time.monotonic()
+    paged_after: dict[str, float] = {}
+
+    def paged() -> bool:
+        daemon.poll_cluster(cluster)
+        for name, group in groups.items():
+            if name not in paged_after and record.kinds(group):
+                paged_after[name] = time.monotonic() - started
+        return len(paged_after) == len(groups)
+
+    wait_for(paged, timeout=timeout, interval=1, what=f"{', '.join(groups)} paged")
+    for _ in range(5):
+        daemon.poll_cluster(cluster)
+        time.sleep(1)
+    return paged_after

@@ -12,7 +12,6 @@ import logging
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from lagwatch.model import ClusterSnapshot, GroupKind
 from lagwatch.serve import views
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, run_lagwatch, unique, wait_for
-from tests.live import Recorder
+from tests.live import Recorder, poll_until_paged
 
 pytestmark = [
     pytest.mark.kafka,
@@ -262,23 +261,10 @@ def test_a_dead_and_a_hung_queue_consumer_page_and_healthy_ones_do_not(
         _wait_line(workers["dead"], "took")
         workers["dead"].send_signal(signal.SIGKILL)  # its member stays until its session times out (6 s here)
         workers["dead"].wait(10)
-        started = time.monotonic()
-
-        paged_after: dict[str, float] = {}
-
-        def paged() -> bool:
-            daemon.poll_cluster("queues")
-            for name in ("hung", "dead"):
-                if name not in paged_after and record.kinds(groups[name]):
-                    paged_after[name] = time.monotonic() - started
-            return len(paged_after) == 2
-
         # The hung consumer's records stay unknown (start offset and lag "-": Kafka persists nothing) until their
         # acquisition lock runs out (share.record.lock.duration.ms: 30 s by default, 5 s here); then the window.
-        wait_for(paged, timeout=90, interval=1, what="the hung and the dead queue paged")
-        for _ in range(5):  # and a few polls more, in which the healthy ones must stay quiet
-            daemon.poll_cluster("queues")
-            time.sleep(1)
+        hung_and_dead = {n: groups[n] for n in ("hung", "dead")}
+        paged_after = poll_until_paged(daemon, "queues", record, hung_and_dead, timeout=90)
         snapshot = daemon.clusters["queues"].latest
         assert snapshot is not None
         kinds = {g.group_id: (g.kind, len(g.members)) for g in snapshot.groups}

@@ -23,7 +23,7 @@ from lagwatch.lag import group_lag
 from lagwatch.model import GroupKind
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, unique, wait_for
-from tests.live import Recorder
+from tests.live import Recorder, poll_until_paged
 
 pytestmark = [
     pytest.mark.kafka,
@@ -171,20 +171,7 @@ def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
         wait_for(lambda: "hung" in (running["hung"].stdout.readline() or "hung"), timeout=60, what="the hang")
         running["dead"].send_signal(signal.SIGKILL)
         running["dead"].wait(10)
-        started = time.monotonic()
-        paged_after: dict[str, float] = {}
-
-        def paged() -> bool:
-            daemon.poll_cluster("apps")
-            for name in ("hung", "dead"):
-                if name not in paged_after and record.kinds(apps[name]):
-                    paged_after[name] = time.monotonic() - started
-            return len(paged_after) == 2
-
-        wait_for(paged, timeout=90, interval=1, what="the hung and the dead application paged")
-        for _ in range(5):  # and a few polls more, in which the healthy one must stay quiet
-            daemon.poll_cluster("apps")
-            time.sleep(1)
+        paged_after = poll_until_paged(daemon, "apps", record, {n: apps[n] for n in ("hung", "dead")}, timeout=90)
     finally:
         stop.set()
         poller_check.close()
