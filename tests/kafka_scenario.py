@@ -270,9 +270,9 @@ def enable_share_groups(libs: Path, bootstrap: str, version: str) -> None:
         run_kafka_tool(libs, *feature, "upgrade", "--feature", "share.version=1")
 
 
-def share_group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    """A share group's own settings (share.auto.offset.reset, share.record.lock.duration.ms): an alter of the GROUP
-    config resource, which may precede the group."""
+def group_config(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """A group's own settings (a share group's share.auto.offset.reset, a streams group's
+    streams.session.timeout.ms): an alter of the GROUP config resource, which may precede the group."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
     client = admin(bootstrap)

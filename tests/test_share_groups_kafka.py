@@ -90,7 +90,7 @@ def test_share_groups_are_read_with_kafkas_own_figures(
     kafka_scenario.create_topic(bootstrap, topic, 3)
     kafka_scenario.produce(bootstrap, topic, {0: 400, 1: 350, 2: 250})
     for group in (done, held):
-        kafka_scenario.share_group_config(bootstrap, group, EARLIEST)
+        kafka_scenario.group_config(bootstrap, group, EARLIEST)
     # Reads 700 records and leaves; `fresh` starts at the log end (the default) and never gets a record.
     kafka_scenario.console_share_consumer(kafka_libs, bootstrap, topic, done, "--max-messages", "700")
     kafka_scenario.console_share_consumer(kafka_libs, bootstrap, topic, fresh, "--timeout-ms", "3000")
@@ -218,9 +218,7 @@ def test_a_dead_and_a_hung_queue_consumer_page_and_healthy_ones_do_not(
     groups = {name: f"{prefix}-{name}" for name in names}
     for name in names:
         kafka_scenario.create_topic(bootstrap, topics[name], 1)
-        kafka_scenario.share_group_config(
-            bootstrap, groups[name], {**EARLIEST, "share.record.lock.duration.ms": "5000"}
-        )
+        kafka_scenario.group_config(bootstrap, groups[name], {**EARLIEST, "share.record.lock.duration.ms": "5000"})
     kafka_scenario.produce(bootstrap, topics["idle"], {0: 20})
     kafka_scenario.produce(bootstrap, topics["hung"], {0: 200})
     kafka_scenario.produce(bootstrap, topics["dead"], {0: 2000})

@@ -121,6 +121,8 @@ def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
     for name in names:
         kafka_scenario.create_topic(bootstrap, topics[name], 1)
         kafka_scenario.create_topic(bootstrap, f"{topics[name]}-out", 1)
+    # The dead one's session ends 6 s after its SIGKILL (the broker's default is 45 s).
+    kafka_scenario.group_config(bootstrap, apps["dead"], {"streams.session.timeout.ms": "6000"})
     kafka_scenario.produce(bootstrap, topics["hung"], {0: 300})
     kafka_scenario.produce(bootstrap, topics["dead"], {0: 3000})
     streams = kafka_scenario.streams_libs(KAFKA_VERSION)
@@ -132,7 +134,9 @@ def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
         )
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
-    running = {"healthy": start("healthy", 0), "hung": start("hung", 0, hang_after=120), "dead": start("dead", 20)}
+    # The hung one works 20 ms a record, so that it commits (every 500 ms) before it blocks in its 120th record: a
+    # hang before any commit is `no_commit`'s (at 0 ms it took all 120 before its first commit, under load).
+    running = {"healthy": start("healthy", 0), "hung": start("hung", 20, hang_after=120), "dead": start("dead", 20)}
     stop = threading.Event()
 
     def produce() -> None:  # the healthy application gets 20 records a second
