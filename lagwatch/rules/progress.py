@@ -515,31 +515,20 @@ class GroupPoint(NamedTuple):
     t: float  # the poll's time
     lag: int  # the group's lag where it is known
     committed: int  # the sum of the same partitions' committed offsets
-    settled: int  # the sum of each partition's lag as its last commit left it (its lag at that poll)
 
 
-def _leads(ctx: GroupContext, windows: list[list[Sample]]) -> list[Sample | None]:
-    """The sample of each partition before its window's first, where the polls kept reach that far."""
-    assert ctx.track is not None
-    leads: list[Sample | None] = []
-    for (tp, progress), samples in zip(ctx.track.partitions.items(), windows, strict=True):
-        earlier = ctx.history.window(progress, tp, samples[0].t - 1e-6) if samples else []
-        leads.append(earlier[0] if earlier and earlier[0].t < samples[0].t else None)
-    return leads
-
-
-def _group_series(windows: list[list[Sample]], leads: Sequence[Sample | None] = ()) -> list[GroupPoint] | None:
+def _group_series(windows: list[list[Sample]]) -> list[GroupPoint] | None:
     """The group's points at each poll of the windows: its lag where it is known. A partition counts from its
     first known lag in the window on (it joins the sums then), if its lag is known at every poll after that; one
     whose lag went unknown after being known is left out whole (its drop is no consumer's doing). Only the
     partitions known throughout were summed before: a consumer that commits its partitions one at a time was
-    judged on the first ones alone, and paged late. `leads`: each window's sample before its first, where kept."""
+    judged on the first ones alone, whose dips held `falling_behind` back until the window passed the last one's
+    first commit (45 s late at 15-s polls)."""
     times = sorted({s.t for samples in windows for s in samples})
     lag = dict.fromkeys(times, 0)
     committed = dict.fromkeys(times, 0)
-    settled = dict.fromkeys(times, 0)
     counted = 0
-    for k, samples in enumerate(windows):
+    for samples in windows:
         if len(samples) != len(times) or [s.t for s in samples] != times:
             continue
         lags = [_lag(s) for s in samples]
@@ -547,41 +536,12 @@ def _group_series(windows: list[list[Sample]], leads: Sequence[Sample | None] = 
         if first is None or None in lags[first:]:
             continue  # never known, or known and then not: left out
         counted += 1
-        lead = leads[k] if k < len(leads) and first == 0 else None
-        for t, behind, offset, left in _settled(samples[first:], lags[first:], lead):
-            lag[t] += behind
-            committed[t] += offset
-            settled[t] += left
+        for s, behind in zip(samples[first:], lags[first:], strict=True):
+            lag[s.t] += behind or 0
+            committed[s.t] += s.committed or 0
     if counted == 0 or len(times) < 2:
         return None
-    return [GroupPoint(t, lag[t], committed[t], settled[t]) for t in times]
-
-
-def _settled(
-    samples: list[Sample], lags: list[int | None], lead: Sample | None
-) -> Iterator[tuple[float, int, int, int]]:
-    """A partition's (time, lag, committed, settled) at each poll. `settled` is its lag as its last commit left it:
-    a partition's lag grows between its commits and drops at each, so that partitions committed in turn made the
-    group's lag dip at nearly every poll, and a consumer committing every other poll was never paged. Before its
-    first commit in the window, what the commit before left is not known: its lag then, where that poll was a
-    commit or may have been (`lead`, the poll before, says) or records came with the commits, as in bursts; else,
-    lower, as its first commit in the window left it (the lag read since the commit before, higher as records kept
-    coming, made the series dip at that commit, and the alert flapped as the window slid). A partition not
-    committed in the window counts its lag as read: nothing consumes it, and it grows as records come."""
-    start = samples[0].committed
-    moved = next((i for i, s in enumerate(samples) if s.committed != start), None)
-    if moved is None:  # no commit in the window: what waits there grows as records come (a member busy elsewhere)
-        for s, behind in zip(samples, lags, strict=True):
-            yield s.t, behind or 0, s.committed or 0, behind or 0
-        return
-    left = lags[0] or 0
-    if lead is not None and lead.committed == start and lead.committed is not None:
-        left = min(left, lags[moved] or 0)  # no commit at the window's first poll: the lag then had grown since
-    before = start
-    for i, s in enumerate(samples):
-        if s.committed != before:
-            left, before = lags[i] or 0, s.committed
-        yield s.t, lags[i] or 0, s.committed or 0, left
+    return [GroupPoint(t, lag[t], committed[t]) for t in times]
 
 
 def _no_progress_while_lag_grows(ctx: GroupContext, window: float) -> bool | None:
@@ -639,20 +599,17 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     if not m.consumption_rate or m.production_rate is None or m.consumption_rate >= m.production_rate:
         return  # a consumer making no progress at all is stalled or stopped, not falling behind
     windows = _windows(ctx, ctx.now - window)
-    series = _group_series(windows, _leads(ctx, windows)) if windows is not None else None
+    series = _group_series(windows) if windows is not None else None
     if series is None or any(_partly_read(w) for w in windows or ()):
         ctx.hold("falling_behind")  # a poll of the window without a log end drops its partition from the sums
         return
-    # Judged on the lag as each partition's commits left it: lag read between commits rises and falls with their
-    # timing (a consumer committing its partitions in turn dipped the sum at each poll, and was paged late or not
-    # at all); the figures said are the lag as read.
-    if any(later.settled < earlier.settled for earlier, later in itertools.pairwise(series)):
+    if any(later.lag < earlier.lag for earlier, later in itertools.pairwise(series)):
         return
     first, last = series[0], series[-1]
     if ctx.group.kind is GroupKind.SHARE and queue.hung([p.lag for p in series], [p.committed for p in series]):
         return  # a queue's position drifts by a few records under production: a hung one is `stalled`'s
     middle = max((row for row in series if row.t <= ctx.now - window / 2), key=lambda row: row.t)
-    first_lag, mid_lag, last_lag = first.settled, middle.settled, last.settled
+    first_lag, mid_lag, last_lag = first.lag, middle.lag, last.lag
     mid_committed, last_committed = middle.committed, last.committed
     if (last_lag - first_lag) < FALLING_BEHIND_MARGIN * m.production_rate * (last.t - first.t):
         # Grown by less than a sliver of what was produced meanwhile: commits landing in steps, not a consumer
@@ -682,7 +639,7 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
 def _longest_pause(series: list[GroupPoint]) -> float:
     """The longest stretch of a group's series without a move of the committed offsets."""
     longest, since, before = 0.0, series[0].t, series[0].committed
-    for t, _, committed, _ in series[1:]:
+    for t, _, committed in series[1:]:
         if committed != before:
             longest, since, before = max(longest, t - since), t, committed
     return max(longest, series[-1][0] - since)
