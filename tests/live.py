@@ -107,3 +107,15 @@ def poll_until_paged(
         daemon.poll_cluster(cluster)
         time.sleep(1)
     return paged_after
+
+
+def window_rules(window_s: float, stalled: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rules for a test of `stalled`, `stopped` and `falling_behind` on the real broker: each with a window of
+    `window_s` and no `for_s`, `lag` out of the way."""
+    window = {"window_s": window_s, "for_s": 0}
+    return {
+        "lag": {"warning": {"offsets": 100_000}, "for_s": 0},
+        "stalled": {**window, **(stalled or {})},
+        "stopped": window,
+        "falling_behind": window,
+    }

@@ -43,21 +43,10 @@ def test_backtest_replays_the_daemons_lake_to_the_same_alerts(bootstrap: str, tm
 
     prefix = unique("lake")
     topic, group = kafka_scenario.stopped_group(bootstrap, prefix, {0: 30}, {0: 10})
-    settings = load_settings(
-        rules=FAST_RULES,
-        alerts={"group_wait_s": 0, "group_interval_s": 1},
-        state_dir=tmp_path / "state",
-        http=LOOPBACK,
-        lake={"enabled": True, "path": str(tmp_path / "lake"), "roll_seconds": 2},
-    )
-    cluster = ClusterConfig(
-        bootstrap_servers=[bootstrap],
-        poll_interval_s=1,
-        request_timeout_s=5,
-        groups=NameFilter(include=[f"{prefix}-.*"]),
-    )
     recorder = Recorder()
-    daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder}).start()
+    daemon = _recording_daemon(
+        bootstrap, prefix, tmp_path, FAST_RULES, {"group_wait_s": 0, "group_interval_s": 1}, recorder
+    )
     try:
         wait_for(lambda: recorder.kinds(group), timeout=20, what="the stopped group's alert")
         # The group comes back and catches up: its alert resolves.
@@ -279,22 +268,9 @@ def test_a_candidate_is_an_overlay_and_is_set_beside_what_the_daemon_raised(
     lag_topic, lag_group = f"{prefix}-lt", f"{prefix}-lg"
     kafka_scenario.create_topic(bootstrap, lag_topic, 1)
     alerts_config = {"group_wait_s": 0, "group_interval_s": 1}
-    settings = load_settings(
-        rules=RECORDED_RULES,
-        alerts=alerts_config,
-        state_dir=tmp_path / "state",
-        http=LOOPBACK,
-        lake={"enabled": True, "path": str(tmp_path / "lake"), "roll_seconds": 2},
-    )
-    cluster = ClusterConfig(
-        bootstrap_servers=[bootstrap],
-        poll_interval_s=1,
-        request_timeout_s=5,
-        groups=NameFilter(include=[f"{prefix}-.*"]),
-    )
     recorder = Recorder()
     driver = LagDriver(bootstrap, lag_topic, lag_group)
-    daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder}).start()
+    daemon = _recording_daemon(bootstrap, prefix, tmp_path, RECORDED_RULES, alerts_config, recorder)
     try:
         wait_for(lambda: recorder.kinds(stopped), timeout=20, what="the stopped group's alert")
         # Lag 50 (a warning, under the candidate's 200), back to 0; then 50, 150 (critical), 500 (the candidate's
@@ -385,3 +361,23 @@ def test_a_candidate_is_an_overlay_and_is_set_beside_what_the_daemon_raised(
     ]
     replay = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table()
     assert set(replay.column("config").to_pylist()) == {"recorded", "lag10x", "same"}
+
+
+def _recording_daemon(
+    bootstrap: str, prefix: str, tmp_path: Path, rules: dict[str, Any], alerts: dict[str, Any], recorder: Recorder
+) -> Daemon:
+    """A daemon polling the groups `<prefix>-*` every second and writing its lake under `tmp_path`, started."""
+    settings = load_settings(
+        rules=rules,
+        alerts=alerts,
+        state_dir=tmp_path / "state",
+        http=LOOPBACK,
+        lake={"enabled": True, "path": str(tmp_path / "lake"), "roll_seconds": 2},
+    )
+    cluster = ClusterConfig(
+        bootstrap_servers=[bootstrap],
+        poll_interval_s=1,
+        request_timeout_s=5,
+        groups=NameFilter(include=[f"{prefix}-.*"]),
+    )
+    return Daemon(settings, clusters={"test": cluster}, notifiers={"record": recorder}).start()

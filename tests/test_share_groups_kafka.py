@@ -24,7 +24,7 @@ from lagwatch.model import ClusterSnapshot, GroupKind
 from lagwatch.serve import views
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, run_lagwatch, unique, wait_for
-from tests.live import Recorder, poll_until_paged
+from tests.live import Background, Recorder, poll_until_paged, window_rules
 
 pytestmark = [
     pytest.mark.kafka,
@@ -232,27 +232,13 @@ def test_a_dead_and_a_hung_queue_consumer_page_and_healthy_ones_do_not(
         "hung": _worker(kafka_libs, bootstrap, groups["hung"], topics["hung"], sleep_ms=0, hang_after=15),
         "dead": _worker(kafka_libs, bootstrap, groups["dead"], topics["dead"], sleep_ms=20),
     }
-    stop = threading.Event()
-
-    def produce() -> None:  # the healthy queue gets 20 records a second, all taken at once
-        producer = kafka_scenario.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-        while not stop.wait(0.05):
-            producer.send(topics["healthy"], b"x")
-        producer.close()
-
-    producing = threading.Thread(target=produce, daemon=True)
-    producing.start()
+    traffic = Background()
+    traffic.produce(bootstrap, topics["healthy"], 20)  # the healthy queue gets 20 records a second
     record = Recorder()
-    window = {"window_s": 10, "for_s": 0}
     settings = load_settings(
         state_dir=tmp_path / "state",
         http={"enabled": False},
-        rules={
-            "lag": {"warning": {"offsets": 100_000}, "for_s": 0},
-            "stalled": window,
-            "stopped": window,
-            "falling_behind": window,
-        },
+        rules=window_rules(10),
         alerts={"group_wait_s": 0, "group_interval_s": 0},
     )
     config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
@@ -271,7 +257,7 @@ def test_a_dead_and_a_hung_queue_consumer_page_and_healthy_ones_do_not(
         assert snapshot is not None
         kinds = {g.group_id: (g.kind, len(g.members)) for g in snapshot.groups}
     finally:
-        stop.set()
+        traffic.stop()
         daemon.stop()
         for worker in workers.values():
             if worker.poll() is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from lagwatch.lag import group_lag
 from lagwatch.model import GroupKind
 from tests import kafka_scenario
 from tests.conftest import KAFKA_VERSION, unique, wait_for
-from tests.live import Recorder, poll_until_paged
+from tests.live import Background, Recorder, poll_until_paged, window_rules
 
 pytestmark = [
     pytest.mark.kafka,
@@ -137,27 +136,13 @@ def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
     # The hung one works 20 ms a record, so that it commits (every 500 ms) before it blocks in its 120th record: a
     # hang before any commit is `no_commit`'s (at 0 ms it took all 120 before its first commit, under load).
     running = {"healthy": start("healthy", 0), "hung": start("hung", 20, hang_after=120), "dead": start("dead", 20)}
-    stop = threading.Event()
-
-    def produce() -> None:  # the healthy application gets 20 records a second
-        producer = kafka_scenario.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-        while not stop.wait(0.05):
-            producer.send(topics["healthy"], b"x")
-        producer.close()
-
-    threading.Thread(target=produce, daemon=True).start()
+    traffic = Background()
+    traffic.produce(bootstrap, topics["healthy"], 20)  # the healthy application gets 20 records a second
     record = Recorder()
-    window = {"window_s": 10, "for_s": 0}
     settings = load_settings(
         state_dir=tmp_path / "state",
         http={"enabled": False},
-        rules={
-            "lag": {"warning": {"offsets": 100_000}, "for_s": 0},
-            "stalled": {**window, "learn_commit_interval": False},
-            "stopped": window,
-            "falling_behind": window,
-            "no_commit": window,
-        },
+        rules={**window_rules(10, stalled={"learn_commit_interval": False}), "no_commit": {"window_s": 10, "for_s": 0}},
         alerts={"group_wait_s": 0, "group_interval_s": 0},
     )
     config = ClusterConfig(bootstrap_servers=[bootstrap], groups=NameFilter(include=[f"{prefix}-.*"]))
@@ -177,7 +162,7 @@ def test_a_dead_and_a_hung_streams_application_page_and_a_healthy_one_does_not(
         running["dead"].wait(10)
         paged_after = poll_until_paged(daemon, "apps", record, {n: apps[n] for n in ("hung", "dead")}, timeout=90)
     finally:
-        stop.set()
+        traffic.stop()
         poller_check.close()
         daemon.stop()
         for process in running.values():
