@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -1361,3 +1362,22 @@ def test_a_consumer_keeping_up_within_the_rates_noise_is_not_falling_behind() ->
         committed = end - 5 - i // 3  # keeps up, but for a record every third poll: its lag creeps up
         p.step(snapshot(t, [group(committed={TP: committed})], {TP: end}))
     assert "falling_behind" not in {r for _, rs in notified(p) for r in rs}
+
+
+def test_a_slow_topics_consumer_keeping_up_is_not_falling_behind_and_one_slower_by_a_tenth_is() -> None:
+    """The demo's assign() consumer: 2.6 records/s consumed against 2.6 produced, committing each second, its lag
+    creeping from 0 to 4 through a minute of polls (what arrived since its last commit). It grew by 4, more than 2%
+    of the 156 produced, and was paged `falling_behind` and resolved 35 s later. A consumer a tenth slower on the
+    same topic gains 16 records a minute: paged."""
+
+    def run(lags: Callable[[int], int]) -> set[str]:
+        p = pipeline(lag={"enabled": False}, falling_behind={"window_s": 60}, rate_window_s=60)
+        end = 0
+        for i, t in enumerate(times(0, 300)):
+            end += 13  # 2.6/s
+            p.step(snapshot(t, [group(committed={TP: end - lags(i)})], {TP: end}))
+        return {r for _, rs in notified(p) for r in rs}
+
+    steps = [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4]  # a minute of 5-s polls, then a commit catches up
+    assert "falling_behind" not in run(lambda i: steps[i % len(steps)])
+    assert "falling_behind" in run(lambda i: int(1.3 * i))  # 0.26/s behind: a tenth

@@ -573,6 +573,11 @@ def _no_progress_while_lag_grows_aligned(ctx: GroupContext, window: float) -> bo
     return last_lag > first_lag
 
 
+# A step of commits: Kafka's default auto.commit.interval.ms. Lag read between two commits of a consumer that keeps
+# up holds up to this much of production.
+COMMIT_STEP_S = 5.0
+
+
 def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     """Consuming, but slower than producing: lag grew through the whole window (in its first half and in its
     second, never dropping), and the group committed throughout (no pause of half the window). A group with nobody
@@ -603,18 +608,20 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
     if series is None or any(_partly_read(w) for w in windows or ()):
         ctx.hold("falling_behind")  # a poll of the window without a log end drops its partition from the sums
         return
-    if any(later.lag < earlier.lag for earlier, later in itertools.pairwise(series)):
-        return
+    if len(series) < 3 or any(later.lag < earlier.lag for earlier, later in itertools.pairwise(series)):
+        return  # (fewer than three polls cannot grow steadily: first < middle < last below)
     first, last = series[0], series[-1]
     if ctx.group.kind is GroupKind.SHARE and queue.hung([p.lag for p in series], [p.committed for p in series]):
         return  # a queue's position drifts by a few records under production: a hung one is `stalled`'s
     middle = max((row for row in series if row.t <= ctx.now - window / 2), key=lambda row: row.t)
     first_lag, mid_lag, last_lag = first.lag, middle.lag, last.lag
     mid_committed, last_committed = middle.committed, last.committed
-    if (last_lag - first_lag) < FALLING_BEHIND_MARGIN * m.production_rate * (last.t - first.t):
-        # Grown by less than a sliver of what was produced meanwhile: commits landing in steps, not a consumer
-        # too slow (the demo's fast consumer, 19.8/s against 19.8/s, its lag 5 growing to 7 in a minute, was paged
-        # and resolved 35 s later).
+    if (last_lag - first_lag) < m.production_rate * max(FALLING_BEHIND_MARGIN * (last.t - first.t), COMMIT_STEP_S):
+        # Grown by less than a sliver of what was produced meanwhile (the demo's fast consumer, 19.8/s against
+        # 19.8/s, its lag 5 growing to 7 in a minute, was paged and resolved 35 s later), or by less than what
+        # arrives in one step of commits: a consumer that keeps up shows that much as lag between its commits (the
+        # demo's assign() consumer, 2.6/s against 2.6/s, its lag 0 growing to 4 in a minute, was paged and resolved
+        # 35 s later).
         return
     if not first_lag < mid_lag < last_lag or last_committed <= mid_committed or _longest_pause(series) >= window / 2:
         # Steadily, too: a consumer that hung for most of the window and committed again just now averaged
