@@ -1381,3 +1381,54 @@ def test_a_slow_topics_consumer_keeping_up_is_not_falling_behind_and_one_slower_
     steps = [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4]  # a minute of 5-s polls, then a commit catches up
     assert "falling_behind" not in run(lambda i: steps[i % len(steps)])
     assert "falling_behind" in run(lambda i: int(1.3 * i))  # 0.26/s behind: a tenth
+
+
+def _new_group_paged_stalled_at(
+    commits: Callable[[float, int], int | None], ends: Callable[[float], int]
+) -> list[float]:
+    """A group made at 60 s, under lagwatch polling from 0 s every 5 s with a 60-s `stalled` window: when it was
+    paged `stalled`, seconds after its birth. `commits(age, end)`: its committed offset (None: none yet)."""
+    p = pipeline(stalled={"window_s": 60}, lag={"enabled": False}, falling_behind={"enabled": False})
+    for t in times(0, 900):
+        end = ends(t)
+        groups = []
+        if t >= 60:
+            offset = commits(t - 60, end)
+            groups.append(group("new", committed={} if offset is None else {TP: offset}, assigned=(TP,)))
+        p.step(snapshot(t, groups, {TP: end}))
+    return [n.created_at - 60 for n in p.sent if any(a.rule == "stalled" and a.state == "firing" for a in n.alerts)]
+
+
+def test_a_new_group_that_commits_promptly_and_hangs_is_paged_at_the_window_and_new_sinks_are_not() -> None:
+    """A group seen committing within half the window of its start, records arriving, commits promptly: one that
+    commits once after a deploy and hangs (heartbeating) is paged within two polls of the window, not at twice it
+    (its first hour without a learnt cadence). A new sink's first flush comes a flush interval after its start: one
+    flushing at 1.2 and one at 1.8 times the window stay quiet, and so does one that committed its start position
+    at once on a quiet topic and flushes at 1.2 times the window once records come."""
+    busy = lambda t: int(10 * t)  # noqa: E731
+    first = {}
+    for name, hung in (
+        ("seen before its first commit", lambda age, end: None if age < 4 else 10 * 62),
+        ("already committed when first seen", lambda age, end: 10 * 60),
+    ):
+        paged = _new_group_paged_stalled_at(hung, busy)
+        assert paged, name
+        first[name] = paged[0]
+    # From its commit (at 5 s, and at its birth): the window, and at most two polls more (times jitter by 2 ms).
+    assert 59.9 <= first["seen before its first commit"] - 5 <= 60 + 2 * INTERVAL, first
+    assert 59.9 <= first["already committed when first seen"] <= 60 + 2 * INTERVAL, first
+    for interval in (72.0, 108.0):  # commits what it read at each flush, from its start
+        flushing = lambda age, end, i=interval: None if age < i else int(10 * (60 + age - age % i))  # noqa: E731
+        assert _new_group_paged_stalled_at(flushing, busy) == [], interval
+    quiet_then_busy = lambda t: 0 if t < 200 else int(10 * (t - 200))  # noqa: E731
+    at_once = lambda age, end: 0 if age < 140 else int(10 * (60 + age - age % 72 - 200))  # noqa: E731
+    assert _new_group_paged_stalled_at(at_once, quiet_then_busy) == []
+
+
+def test_a_group_seen_committing_promptly_is_remembered_across_a_restart() -> None:
+    p = pipeline(stalled={"window_s": 60})
+    for i, t in enumerate(times(0, 30)):
+        p.step(snapshot(t, [group("new", committed={TP: 10 * i})] if i >= 3 else [], {TP: 10 * i + 10}))
+    assert p.history.groups["new"].prompt
+    loaded = ClusterHistory.from_json(json.loads(json.dumps(p.history.to_json())))
+    assert loaded.groups["new"].prompt and not loaded.groups["new"].learning(t)

@@ -537,3 +537,85 @@ def test_a_member_that_never_commits_is_paged_and_one_that_commits_beside_it_is_
         console.wait(30)
     assert recorder.kinds(f"{prefix}-healthy") == []
     assert [n for n in recorder.sent if n.group_labels.get("group", "").startswith("console-consumer-")] == []
+
+
+def test_a_new_consumer_that_hangs_after_its_first_commit_is_paged_at_the_window_and_new_sinks_are_not(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Three groups made while lagwatch watches, records arriving all the while (a 10-s `stalled` window). One
+    reads, commits at once and hangs while heartbeating (a deadlocked processing thread after a deploy): in its
+    first hour, with no commit cadence learnt, it was paged at twice the window. It committed within half the
+    window of its start: a prompt committer, paged at the window. Two sinks read all the while and commit every
+    12 s and every 18 s (1.2 and 1.8 times the window) from their start: quiet."""
+    prefix = unique("newhang")
+    topic = f"{prefix}-t"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    window = 10.0
+    rules = {
+        "stalled": {"window_s": window, "for_s": 0},
+        "stopped": {"window_s": window},
+        "falling_behind": {"enabled": False},
+        "lag": {"warning": NEVER, "critical": NEVER},
+    }
+    recorder = Recorder()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    stop = threading.Event()
+    committed_at: dict[str, float] = {}
+    consumers: list[KafkaConsumer] = []
+
+    def consume(name: str, flush_every: float | None) -> None:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=f"{prefix}-{name}",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            max_poll_interval_ms=600_000,  # the hung one keeps heartbeating throughout the test
+        )
+        consumers.append(consumer)
+        consumer.subscribe([topic])
+        while not stop.is_set() and not consumer.poll(200):
+            pass  # until assigned, and records read
+        started = time.monotonic()
+        if flush_every is None:
+            consumer.commit()
+            committed_at[name] = time.time()
+            stop.wait()  # hung: its heartbeat thread alone runs
+            return
+        flushed = started
+        while not stop.is_set():
+            consumer.poll(200)
+            if time.monotonic() - flushed >= flush_every:
+                consumer.commit()
+                flushed = time.monotonic()
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    threads = [
+        threading.Thread(target=consume, args=args, daemon=True)
+        for args in (("hung", None), ("sink12", 1.2 * window), ("sink18", 1.8 * window))
+    ]
+    try:
+        daemon.start()
+        wait_for(lambda: daemon.runtimes()["test"].latest is not None, timeout=20, what="a first poll")
+        time.sleep(2)  # the groups are made under polls that saw them not there yet
+        for t in threads:
+            t.start()
+        deadline = time.time() + 4 * 1.8 * window + 15
+        while time.time() < deadline:
+            producer.send(topic, b"x")
+            time.sleep(0.1)
+            if recorder.kinds(f"{prefix}-hung") and time.time() - committed_at["hung"] > 2.5 * 1.8 * window:
+                break
+    finally:
+        stop.set()
+        daemon.stop()
+        producer.close()
+        for t in threads:
+            if t.is_alive():
+                t.join(10)
+        for consumer in consumers:
+            consumer.close()
+    hung = [n for n in recorder.sent if n.group_labels.get("group") == f"{prefix}-hung"]
+    assert [(n.kind, [a.rule for a in n.alerts]) for n in hung][:1] == [("firing", ["stalled"])], hung
+    paged_after = hung[0].created_at - committed_at["hung"]
+    assert window <= paged_after <= window + 2 + 3, paged_after  # two 1-s polls, and 3 s of a loaded machine
+    assert recorder.kinds(f"{prefix}-sink12") == [] and recorder.kinds(f"{prefix}-sink18") == []

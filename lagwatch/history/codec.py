@@ -162,6 +162,7 @@ def track_to_json(t: GroupTrack, columns: PartitionColumns) -> dict[str, Any]:
         "empty_since": clock_json(t.empty_since),
         "gone_since": t.gone_since,
         "last_empty_at": t.last_empty_at,  # optional: saves before it have none
+        "prompt": t.prompt,  # optional: saves before it have none
         "partitions": topics,
         # Only partitions that learnt a cadence (sinks, batch consumers): most have none.
         "commit_waits": [
@@ -191,6 +192,7 @@ def track_from_json(raw: dict[str, Any], columns: PartitionColumns | None) -> Gr
         empty_since=clock_from_json(raw.get("empty_since")),
         gone_since=raw.get("gone_since"),
         last_empty_at=raw.get("last_empty_at"),
+        prompt=bool(raw.get("prompt", False)),
         evidence_since=raw.get("evidence_since"),
         unreadable=bool(raw.get("unreadable", False)),
     )

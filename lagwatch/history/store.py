@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,7 +47,7 @@ from lagwatch.history.tracks import (
     stall_threshold,
     trusted_cadence,
 )
-from lagwatch.model import ClusterSnapshot, GroupKind, GroupSnapshot, TopicPartition
+from lagwatch.model import ClusterSnapshot, GroupKind, GroupSnapshot, PartitionOffsets, TopicPartition
 from lagwatch.offsets_topic import (
     Record,
 )
@@ -314,7 +314,7 @@ class ClusterHistory:
         for group in snapshot.groups:
             seen.add(group.group_id)
             if group.error is None:
-                self._observe_group(group, now, poll)
+                self._observe_group(group, now, poll, snapshot.partitions)
             elif group.group_id in self.groups:
                 self.groups[group.group_id].unreadable = True
         for group_id, track in self.groups.items():
@@ -388,8 +388,13 @@ class ClusterHistory:
             return None
         return max(track.evidence_since, self.evidence_since)
 
-    def _observe_group(self, group: GroupSnapshot, now: float, poll: int) -> None:
+    def _observe_group(
+        self, group: GroupSnapshot, now: float, poll: int, logs: Mapping[TopicPartition, PartitionOffsets]
+    ) -> None:
         first_look = group.group_id not in self.groups
+        # Not there at the last poll, watched without a gap since before it: made since (ListGroups failing on a
+        # broker fails the poll; a group it leaves out is kept from the poll before, collect.poll).
+        new_group = first_look and self.evidence_since is not None and self.evidence_since < now
         track = self.groups.get(group.group_id)
         if track is None or track.gone_since is not None:
             track = GroupTrack(kind=group.kind.value, state=group.state, members=len(group.members), first_seen=now)
@@ -438,6 +443,11 @@ class ClusterHistory:
                     # A different one is taken as new (a topic deleted and made again: no rewind of the old one).
                     pass
                 elif previous <= NO_VALUE:  # no sample yet, or nothing committed at the last one
+                    if not track.prompt and progress.last_commit_change is None:
+                        if ring.values and not first_look:  # assigned without a commit at earlier polls
+                            track.prompt = self._first_commit_prompt(group.group_id, tp, ring.first, poll)
+                        elif new_group:  # the group was not there at the last poll, and has committed already
+                            track.prompt = self._new_group_prompt(group.group_id, tp, offset, logs.get(tp))
                     progress.last_commit_change = clocks[bool(ring.values) and not first_look]
                 elif offset != previous:
                     last = progress.last_commit_change
@@ -471,6 +481,32 @@ class ClusterHistory:
             )
             for tp in gone_offsets:  # none is assigned (`dropped` leaves those out)
                 del track.partitions[tp]
+
+    def _first_commit_prompt(self, group_id: str, tp: TopicPartition, since_poll: int, poll: int) -> bool:
+        """Whether a first commit seen at `poll` on `tp`, assigned without one since `since_poll`, was prompt:
+        within half the stall window, records arriving meanwhile (on a quiet topic a consumer may commit its start
+        position at once, sink or not)."""
+        window = self._stall_window(group_id, tp)
+        times, ends, t0 = self.poll_times, self.log_ends.get(tp), self.poll_times_first
+        if window is None or ends is None or not (t0 <= since_poll < poll and ends.first <= since_poll):
+            return False
+        if times[poll - t0] - times[since_poll - t0] > window / 2 or ends.first + len(ends.values) - 1 != poll:
+            return False
+        before, after = ends.values[since_poll - ends.first], ends.values[-1]
+        return NO_VALUE < before < after
+
+    def _new_group_prompt(self, group_id: str, tp: TopicPartition, offset: int, log: PartitionOffsets | None) -> bool:
+        """Whether a group not there at the last poll, and committed on `tp` already, committed promptly: the polls
+        are less than half the stall window apart, and the commit is past records (not an empty log's start; the
+        log end at the last poll is not known: nobody watched consumed the topic then)."""
+        window = self._stall_window(group_id, tp)
+        times = self.poll_times
+        if window is None or len(times) < 2 or times[-1] - times[-2] > window / 2:
+            return False
+        return log is not None and log.log_start is not None and offset > log.log_start
+
+    def _stall_window(self, group_id: str, tp: TopicPartition) -> float | None:
+        return self.stall_window_of(group_id, tp) if self.stall_window_of is not None else DEFAULT_STALL_WINDOW_S
 
     def _log_went_back(self, tp: TopicPartition, since_poll: int, poll: int) -> bool:
         """Whether `tp`'s log end is lower at `poll` than at `since_poll`: the topic deleted and made again (or its
@@ -509,7 +545,7 @@ class ClusterHistory:
         since = self.waiting_since(progress, tp, poll - 1, previous, last_change)
         if since is None or since == -math.inf:
             return
-        window = self.stall_window_of(group_id, tp) if self.stall_window_of is not None else DEFAULT_STALL_WINDOW_S
+        window = self._stall_window(group_id, tp)
         if window is None:
             return
         if now - since <= 2 * window and short_run <= 2 * window:
@@ -517,7 +553,7 @@ class ClusterHistory:
             # Kept a day only if it did not page: a batch consumer's hang that paged, kept, made its next hangs
             # that day page 17 minutes late (the latest waits let go of it after five more).
             cadence = trusted_cadence(progress.cadence_at(now), window)
-            paged = wait > stall_threshold(window, cadence, self.groups[group_id].first_seen, now)
+            paged = wait > stall_threshold(window, cadence, self.groups[group_id].learning(now))
             progress.waits = (*progress.waits[1 - COMMIT_WAITS_KEPT :], wait)
             progress.waits_at = now
             at = progress.longest_wait_at

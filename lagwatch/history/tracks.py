@@ -21,17 +21,19 @@ SHORT_RUN_FORGETS_S = 3600.0
 LONGEST_WAIT_KEPT_S = 25 * 3600.0
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
 # twice its window: a sink that commits every 6 minutes is not paged under a 5-minute window while it is learnt.
+# Not a group seen committing promptly from its start (GroupTrack.prompt): a consumer that commits once and hangs
+# right after a deploy was paged at twice the window, 10 minutes with the defaults.
 LEARNING_S = 3600.0
 
 
-def stall_threshold(window: float, cadence: float | None, first_seen: float, now: float) -> float:
+def stall_threshold(window: float, cadence: float | None, learning: bool) -> float:
     """How long records may wait for a partition's commit before `stalled` pages it: the rule's window, or twice
-    the partition's own cadence where that is longer; twice the window while it is learnt in the group's first
-    hour. Used by the rule, and by the history to learn only waits that did not page (a hang that paged, learnt,
-    made the next ones go unpaged)."""
+    the partition's own cadence where that is longer; twice the window while it is learnt (`learning`:
+    GroupTrack.learning). Used by the rule, and by the history to learn only waits that did not page (a hang that
+    paged, learnt, made the next ones go unpaged)."""
     if cadence is not None:
         return max(window, 2 * cadence)
-    return 2 * window if now - first_seen < LEARNING_S else window
+    return 2 * window if learning else window
 
 
 def trusted_cadence(cadence: float | None, window: float) -> float | None:
@@ -135,3 +137,11 @@ class GroupTrack:
     evidence_since: float | None = None  # start of the unbroken stretch in which this group was read every poll
     unreadable: bool = False  # the last poll could not read this group: the next one starts fresh evidence
     last_empty_at: float | None = None  # the last poll that saw it Empty (a crash loop's members come and go)
+    # Seen assigned a partition with no commit, records arriving, and committing there within half the stall
+    # window: a consumer that commits promptly, no sink flushing on a cadence of its own (a sink's first flush
+    # comes a flush interval after its start). Its first hour waits the window, not twice it.
+    prompt: bool = False
+
+    def learning(self, now: float) -> bool:
+        """Whether `stalled` still learns this group's commit cadence (its first hour, unless seen prompt)."""
+        return not self.prompt and now - self.first_seen < LEARNING_S

@@ -59,7 +59,8 @@ def _between_generations(ctx: GroupContext) -> bool:
 
 
 # Before a partition's commit cadence is known, in the first hour lagwatch watches its group, `stalled` waits
-# twice its window (history.LEARNING_S): a sink that commits every 6 minutes is not paged while it is learnt.
+# twice its window (history.LEARNING_S): a sink that commits every 6 minutes is not paged while it is learnt. A
+# group seen committing promptly from its start waits the window (GroupTrack.prompt).
 # A longer cadence pages in that hour (a sink that flushes every 25 minutes, at 10 minutes): it cannot be told from
 # a stall before its first wait is seen; nor is it learnt afterwards (waits longer than twice the window are not:
 # they paged). A per-group `stalled.window_s` covers it.
@@ -81,7 +82,7 @@ def stall_wait(
         theirs = _topic_cadence(ctx, topic, window)
         if theirs is not None and (cadence is None or theirs > cadence):
             cadence = theirs
-    return stall_threshold(window, cadence, ctx.track.first_seen, ctx.now)
+    return stall_threshold(window, cadence, ctx.track.learning(ctx.now))
 
 
 def _topic_cadence(ctx: GroupContext, topic: str, window: float) -> float | None:
@@ -451,7 +452,7 @@ def _stop_wait(ctx: GroupContext, window: float) -> float:
         for p in ctx.track.partitions.values()
         if (c := trusted_cadence(p.cadence_at(ctx.now), stalled.window_s)) is not None
     ]
-    return stall_threshold(window, max(cadences, default=None), ctx.track.first_seen, ctx.now)
+    return stall_threshold(window, max(cadences, default=None), ctx.track.learning(ctx.now))
 
 
 def _stopped_not_over(ctx: GroupContext, window: float) -> bool:
