@@ -1432,3 +1432,32 @@ def test_a_group_seen_committing_promptly_is_remembered_across_a_restart() -> No
     assert p.history.groups["new"].prompt
     loaded = ClusterHistory.from_json(json.loads(json.dumps(p.history.to_json())))
     assert loaded.groups["new"].prompt and not loaded.groups["new"].learning(t)
+
+
+def test_one_answer_without_an_empty_groups_offsets_ends_nothing_and_reports_no_expiry() -> None:
+    """A stopped group (Empty, its lag growing): one poll's OffsetFetch answer leaves its committed offsets out,
+    the group still listed, and the next has them again, unchanged. That poll took them for vanished: `stopped`
+    and `lag` resolved, `expired` fired, and `stopped` paged again a window later. Offsets that stay gone are
+    reported at the next poll, dated from the first that missed them."""
+    p = pipeline()
+    end = 0
+    for t in times(0, 90):
+        end += 100
+        p.step(snapshot(t, [group(committed={TP: end - 20})], {TP: end}))
+    committed = end - 20
+    for i, t in enumerate(times(90, 300)):
+        end += 100
+        offsets = {} if i == 20 else {TP: committed}
+        p.step(snapshot(t, [group(committed=offsets, state="Empty", members=0)], {TP: end}))
+    told = notified(p, "g")
+    assert [kind for kind, _ in told].count("firing") == 1 and "resolved" not in [kind for kind, _ in told], told
+    assert {r for _, rules in told for r in rules} == {"lag", "stopped"}, told
+
+    gone = pipeline()
+    end = 0
+    for i, t in enumerate(times(0, 200)):
+        end += 100
+        offsets = {TP: 50} if i < 30 else {}
+        gone.step(snapshot(t, [group(committed=offsets, state="Empty", members=0)], {TP: end}))
+    expired = [a for a in gone.book.alerts.values() if a.rule == "expired"]
+    assert expired and expired[0].details["vanished_at"] == times(0, 200)[30], expired

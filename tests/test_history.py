@@ -92,7 +92,10 @@ def test_failed_poll_changes_nothing_and_vanished_offsets_are_remembered() -> No
     h.observe(snapshot(10, [], {}, error="down"))
     assert h.groups["a"].vanished is None and h.groups["a"].gone_since is None
     h.observe(snapshot(20, [group("a", committed={}, state="Empty", members=0)], {TP: 10}))
-    assert h.groups["a"].vanished is not None and h.groups["a"].vanished.offsets == {TP: 3}
+    assert h.groups["a"].vanished is None and h.groups["a"].missing == {TP: 20}  # one answer is no proof
+    h.observe(snapshot(30, [group("a", committed={}, state="Empty", members=0)], {TP: 10}))
+    vanished = h.groups["a"].vanished
+    assert vanished is not None and vanished.offsets == {TP: 3} and vanished.at == 20
 
 
 def test_history_round_trips_through_json() -> None:
@@ -167,6 +170,7 @@ class _Reference:
         self.samples: dict[Any, list[tuple[int, float, int | None, int | None]]] = {}
         self.good_polls = 0
         self.gone = False
+        self.missed: set[Any] = set()  # committed offsets the last readable poll left out: vanished if this one does
 
     def observe(self, kind: str, t: float, committed: dict[Any, int], assigned: set[Any], ends: dict[Any, int]) -> None:
         if kind == "failed":
@@ -178,14 +182,19 @@ class _Reference:
         if kind == "unreadable":
             return
         if self.gone:
-            self.samples, self.gone = {}, False  # a group that comes back starts a new track
+            self.samples, self.gone, self.missed = {}, False, set()  # a group that comes back starts a new track
         had = {tp for tp, rows in self.samples.items() if rows and rows[-1][2] is not None}
         for tp in {*committed, *assigned}:
             self.samples.setdefault(tp, []).append((self.good_polls, t, committed.get(tp), ends.get(tp)))
         subscribed = {"orders"} if assigned else set()  # the member _replay makes subscribes to TP's topic
+        missed = set()
         for tp in had - set(committed) - assigned:
             if tp.topic not in subscribed:  # Kafka expires no offset of a topic a member subscribes to
-                del self.samples[tp]
+                if tp in self.missed:  # left out by two answers in a row: vanished
+                    del self.samples[tp]
+                else:
+                    missed.add(tp)
+        self.missed = missed
 
     def kept(self, tp: Any) -> list[tuple[float, int | None, int | None]]:
         from lagwatch.history.store import MAX_SAMPLES

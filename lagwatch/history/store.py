@@ -475,11 +475,20 @@ class ClusterHistory:
                         track.empty_since = Clock(now, observed=False)
             ring.put(poll, offset, self.keep)
         gone_offsets = {tp: o for tp, o in dropped if o is not None}
-        if gone_offsets:
-            track.vanished = Vanished(
-                now, gone_offsets, group_gone=False, clocks=self._expiry_clocks(group.group_id, gone_offsets)
-            )
-            for tp in gone_offsets:  # none is assigned (`dropped` leaves those out)
+        if gone_offsets or track.missing:
+            self._vanish(group.group_id, track, gone_offsets, now)
+
+    def _vanish(self, group_id: str, track: GroupTrack, gone: dict[TopicPartition, int], now: float) -> None:
+        """Offsets missing from this poll's answer: vanished if the last poll missed them too, dated from then. One
+        answer without them is no proof: an Empty group's offsets left out of one OffsetFetch answer, and back
+        unchanged at the next, resolved its `stopped` (paged again a window later) and reported them `expired`."""
+        missed_at = track.missing or {}
+        confirmed = {tp: o for tp, o in gone.items() if tp in missed_at}
+        track.missing = {tp: now for tp in gone if tp not in missed_at} or None  # those back are forgotten
+        if confirmed:
+            at = min(missed_at[tp] for tp in confirmed)
+            track.vanished = Vanished(at, confirmed, group_gone=False, clocks=self._expiry_clocks(group_id, confirmed))
+            for tp in confirmed:  # none is assigned (`dropped` leaves those out)
                 del track.partitions[tp]
 
     def _first_commit_prompt(self, group_id: str, tp: TopicPartition, since_poll: int, poll: int) -> bool:
@@ -618,6 +627,12 @@ class ClusterHistory:
     def _forget_deleted_topics(self, topics: frozenset[str]) -> None:
         """Offsets of a deleted topic vanish with it: a deletion, not an expiry."""
         for track in self.groups.values():
+            missing = track.missing
+            if missing and any(tp.topic in topics for tp in missing):
+                for tp in [tp for tp in missing if tp.topic in topics]:  # gone with it: not to vanish next poll
+                    del missing[tp]
+                    track.partitions.pop(tp, None)
+                track.missing = missing or None
             v = track.vanished
             if v is not None and any(tp.topic in topics for tp in v.offsets):
                 kept = {tp: o for tp, o in v.offsets.items() if tp.topic not in topics}

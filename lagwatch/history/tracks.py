@@ -141,6 +141,9 @@ class GroupTrack:
     # window: a consumer that commits promptly, no sink flushing on a cadence of its own (a sink's first flush
     # comes a flush interval after its start). Its first hour waits the window, not twice it.
     prompt: bool = False
+    # Committed offsets the last poll's answer left out, group still there: when first missed (vanished if the next
+    # misses them too). Not saved: a restart between the two is a blind spell, and the next poll judges again.
+    missing: dict[TopicPartition, float] | None = None
 
     def learning(self, now: float) -> bool:
         """Whether `stalled` still learns this group's commit cadence (its first hour, unless seen prompt)."""

@@ -114,6 +114,12 @@ def evaluate(
             if missing:
                 partial.add((group.group_id, None))
                 partial.update((group.group_id, topic) for topic in missing)
+        if track is not None and track.missing:
+            # Committed offsets this poll's answer left out, the group still there, neither assigned nor
+            # subscribed (an Empty group's): vanished only if the next poll misses them too (history). Till then
+            # the group's alerts and those topics' are kept (that poll resolved a `stopped`, paged again later).
+            partial.add((group.group_id, None))
+            partial.update((group.group_id, tp.topic) for tp in track.missing)
         # Rates only from unbroken observation: a rate across an outage would mix two different stories.
         evidence = history.evidence_start(group.group_id)
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
