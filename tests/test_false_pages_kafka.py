@@ -6,6 +6,7 @@ Polls every second (every 3 s where the test needs a gap between polls), windows
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
@@ -619,3 +621,140 @@ def test_a_new_consumer_that_hangs_after_its_first_commit_is_paged_at_the_window
     paged_after = hung[0].created_at - committed_at["hung"]
     assert window <= paged_after <= window + 2 + 3, paged_after  # two 1-s polls, and 3 s of a loaded machine
     assert recorder.kinds(f"{prefix}-sink12") == [] and recorder.kinds(f"{prefix}-sink18") == []
+
+
+def test_a_consumer_committing_its_partitions_in_turn_and_falling_behind_is_paged_within_two_polls(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """A consumer of three partitions that reads half of what arrives and commits one partition at a time, in
+    turn (its first commits a second apart): summed only over the partitions committed at every poll of the window,
+    the window waited for the last one's first commit, and a dip of the partial sum restarted it (30-40 s late).
+    Paged `falling_behind` within two polls of its window after its first commit; `lag` is out of the way."""
+    prefix = unique("turns")
+    topic = f"{prefix}-t"
+    kafka_scenario.create_topic(bootstrap, topic, 3)
+    window = 10.0
+    rules = {
+        "falling_behind": {"window_s": window, "for_s": 0},
+        "stalled": {"window_s": 60},
+        "stopped": {"window_s": 60},
+        "lag": {"warning": NEVER, "critical": NEVER},
+        "rate_window_s": window,
+    }
+    recorder = Recorder()
+    daemon = watch(bootstrap, prefix, tmp_path / "state", recorder, rules)
+    stop = threading.Event()
+    first_commit: list[float] = []
+    parts = [KafkaTopicPartition(topic, p) for p in range(3)]
+
+    def produce() -> None:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        while not stop.wait(0.05):  # 20 a second on each partition
+            for p in range(3):
+                producer.send(topic, b"x", partition=p)
+        producer.close()
+
+    def consume() -> None:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=f"{prefix}-g", auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        consumer.subscribe([topic])
+        turn = 0
+        while not stop.wait(0.33):
+            consumer.poll(200, max_records=10)  # 10 records a third of a second: half of the 60 arriving
+            tp = parts[turn % 3]
+            if tp in consumer.assignment():
+                consumer.commit({tp: OffsetAndMetadata(consumer.position(tp), "", -1)})
+                if not first_commit:
+                    first_commit.append(time.time())
+                turn += 1
+        consumer.close()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (produce, consume)]
+    try:
+        daemon.start()
+        for t in threads:
+            t.start()
+        wait_for(lambda: recorder.kinds(f"{prefix}-g"), timeout=90, interval=0.5, what="falling_behind paged")
+    finally:
+        stop.set()
+        daemon.stop()
+        for t in threads:
+            t.join(10)
+    (paged, *_) = [n for n in recorder.sent if n.group_labels.get("group") == f"{prefix}-g"]
+    assert [a.rule for a in paged.alerts] == ["falling_behind"]
+    after = paged.created_at - first_commit[0]
+    assert window <= after <= window + 2 + 3, after  # two 1-s polls, and 3 s of a loaded machine
+
+
+def test_the_log_says_an_inhibited_alert_is_muted_and_tells_its_end_once(
+    bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log notifier is the demo's only one. A consumer falling behind (`falling_behind`) stops: `stopped`
+    inhibits it. The log printed `falling_behind (resolved, warning)` while the incident went on, then `(firing)`
+    again when the inhibition ended. It says muted; once a consumer is back and caught up, the end is told."""
+    from lagwatch.notify import LogNotifier
+
+    prefix = unique("muted")
+    topic = f"{prefix}-t"
+    group = f"{prefix}-g"
+    kafka_scenario.create_topic(bootstrap, topic, 1)
+    rules = {
+        "falling_behind": {"window_s": 6, "for_s": 0},
+        "stopped": {"window_s": 4},
+        "stalled": {"window_s": 60},
+        "lag": {"warning": NEVER, "critical": NEVER},
+        "rate_window_s": 6,
+    }
+    settings = load_settings(
+        rules=rules, alerts={"group_wait_s": 0, "group_interval_s": 1}, state_dir=tmp_path / "state", http=LOOPBACK
+    )
+    cluster = ClusterConfig(
+        bootstrap_servers=[bootstrap], poll_interval_s=1, request_timeout_s=5, groups=NameFilter(include=[group])
+    )
+    daemon = Daemon(settings, clusters={"test": cluster}, notifiers={"log": LogNotifier()})
+    stop_all, stop_slow = threading.Event(), threading.Event()
+
+    def produce() -> None:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        while not stop_all.wait(0.05):
+            producer.send(topic, b"x")
+        producer.close()
+
+    def consume(stop: threading.Event, per_poll: int) -> None:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        consumer.subscribe([topic])
+        while not stop.wait(0.5):
+            if consumer.poll(200, max_records=per_poll):
+                consumer.commit()
+        consumer.close()
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "lagwatch.alert" and group in r.getMessage()]
+
+    caplog.set_level(logging.INFO, logger="lagwatch.alert")
+    threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, args=(stop_slow, 5))]
+    try:
+        daemon.start()
+        for t in threads:
+            t.start()
+        wait_for(lambda: any("falling_behind (firing" in line for line in lines()), timeout=60, what="falling_behind")
+        stop_slow.set()  # it leaves the group: Empty, its lag growing
+        wait_for(lambda: any("stopped (firing" in line for line in lines()), timeout=60, what="stopped")
+        told = lines()[-1]
+        assert "falling_behind (muted" in told and "resolved" not in told.lower(), "\n".join(lines())
+        back = threading.Thread(target=consume, args=(stop_all, 500))  # back, and it catches up
+        back.start()
+        threads.append(back)
+        wait_for(lambda: lines()[-1].startswith("[RESOLVED"), timeout=60, what="the end told")
+    finally:
+        stop_all.set()
+        stop_slow.set()
+        daemon.stop()
+        for t in threads:
+            t.join(10)
+    said = lines()
+    assert not any("falling_behind (resolved" in line for line in said[:-1]), said  # its end told once, at the end
+    assert sum(line.startswith("[FIRING") for line in said) == 1, said

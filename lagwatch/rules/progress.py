@@ -590,6 +590,14 @@ def falling_behind(ctx: GroupContext) -> Iterator[Finding]:
         ctx.hold("falling_behind")
         return
     if ctx.group.kind in _MEMBERSHIP and not _has_members(ctx):
+        if ctx.measure.lag.sum_lag > 0 and (
+            ctx.active_severity("stopped") is not None
+            or _members_gone_lately(ctx, 2 * _stop_wait(ctx, rules.stopped.window_s))
+        ):
+            # Its consumer left with records waiting: `stopped`'s story once its wait has passed. A firing
+            # `falling_behind` is held till then and while `stopped` lasts (muted by it): it resolved as the
+            # consumer left, and the log said "resolved" seconds before `stopped` paged.
+            ctx.hold("falling_behind")
         return
     window = rules.falling_behind.window_s
     if not ctx.covered(window):
