@@ -3,8 +3,10 @@ the state database read (its damage, copies and set-asides are the state edge's;
 
 - Rows of another shape are skipped one by one and reported, the others load (`AlertBook.from_json`).
 - Silences of the configuration replace those of the last run's configuration; the API's are kept.
-- Starting from state older than the last run's (a copy, or nothing): notification ids move past the clock, so
-  they go past every id the last run issued (a receiver that takes an id once dropped the new ones as duplicates).
+- Notification ids move past the clock (in milliseconds) at every start, so they go past every id an earlier run
+  issued, from state older than the last run's too: a copy lagwatch fell back to, or a state directory an
+  operator restored from a backup, which nothing on disk tells from the last run's (a receiver that takes an id
+  once dropped the new ones as duplicates). Ids stay ahead unless a run issued more than 1,000 a second.
 - Notifications still queued say what their receivers will have once delivered (the notification log's queue);
   one whose row cannot be read is never delivered: alerts it told as ended that the book let go come back.
 - Alerts whose labels the configuration now gives otherwise go on under the new labels (the old ones resolve).
@@ -60,8 +62,7 @@ def restore(
     rejected: list[tuple[str, str, str]] = []
     book = AlertBook.from_json(config, dict(saved), receivers, rejected)
     book.load_config_silences()
-    if lost_state:
-        book.sequence = max(book.sequence, int(now))
+    book.sequence = max(book.sequence, int(now * 1000))  # whatever `lost_state` says (module docstring)
     book.log.resume(queued, (r.name for r in receivers))
     for q in unread_queued:
         book.undelivered_raw(q.receiver, q.group_key, q.alerts)
