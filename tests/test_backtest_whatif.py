@@ -267,3 +267,49 @@ def test_where_the_recorded_replay_differs_and_why() -> None:
     far = differences(match([inc("lag", "warning", 500, None)], []), {"c": (10.0, 2000.0)}, {"c": 60.0}, {})
     assert [(d.what, d.reason) for d in far] == [("lost", None)]
     assert math.isinf(inc("lag", "warning", 1, None).end())
+
+
+def test_one_replayed_incident_covering_two_recorded_ones_is_a_merge_not_a_loss() -> None:
+    """A candidate with a longer hysteresis keeps firing through the gap where the daemon resolved and fired again:
+    its one incident covers both. The second recorded one was counted lost (and its page lost), though the replay
+    was firing all along."""
+    from lagwatch.pipeline.whatif import Outcome, difference_lines
+
+    recorded = [inc("lag", "critical", 10, 20), inc("lag", "critical", 30, 40), inc("lag", "warning", 100, 110)]
+    replayed = [inc("lag", "critical", 10, 40), inc("lag", "warning", 100, 110)]
+    matches = match(recorded, replayed)
+    assert sorted((m.outcome, m.recorded.fired_at if m.recorded else None) for m in matches) == [
+        (Outcome.MERGED, 30), (Outcome.SAME, 10), (Outcome.SAME, 100)
+    ]  # fmt: skip
+    merged = next(m for m in matches if m.outcome is Outcome.MERGED)
+    assert merged.replayed == replayed[0] and merged.shift_s is None
+    t = totals("hysteresis", matches)
+    assert (t.alerts_recorded, t.alerts_replayed, t.alerts_lost, t.alerts_gained) == (3, 2, 0, 0)
+    assert (t.pages_recorded, t.pages_replayed, t.pages_lost, t.merged, t.split) == (2, 1, 0, 1, 0)
+    c = next(r for r in compare(matches) if r.severity == "critical")
+    assert (c.recorded, c.replayed, c.lost, c.merged, c.pages_lost) == (2, 1, 0, 1, 0) and c.differs()
+    diffs = differences(matches, {"c": (0.0, 1000.0)}, {"c": 0.0}, {})
+    assert [d.what for d in diffs] == ["resolved", "merged"]  # the first one resolved later, at the second's end
+    line = difference_lines(diffs, lambda t: f"t{t:g}")[1]
+    assert "raised lag critical c/g/t again at t30; the replay kept firing the one it raised at t10" in line
+
+
+def test_two_replayed_incidents_within_one_recorded_one_are_a_split_not_a_gain() -> None:
+    """The reverse: a candidate that resolves sooner fires twice where the daemon fired once; the second piece was
+    counted gained (and a page gained)."""
+    from lagwatch.pipeline.whatif import Outcome
+
+    recorded = [inc("lag", "critical", 10, 50)]
+    replayed = [inc("lag", "critical", 12, 20), inc("lag", "critical", 30, 50), inc("lag", "critical", 60, 70)]
+    matches = match(recorded, replayed)
+    assert sorted((m.outcome, m.replayed.fired_at if m.replayed else None) for m in matches) == [
+        (Outcome.GAINED, 60), (Outcome.LATER, 12), (Outcome.SPLIT, 30)
+    ]  # fmt: skip
+    t = totals("eager", matches)
+    assert (t.alerts_recorded, t.alerts_replayed, t.alerts_gained, t.split, t.merged) == (1, 3, 1, 1, 0)
+    assert (t.pages_recorded, t.pages_replayed, t.pages_gained, t.later) == (1, 3, 1, 1)
+    (row,) = compare(matches)
+    assert (row.recorded, row.replayed, row.gained, row.split, row.later, row.later_worst_s) == (1, 3, 1, 1, 1, 2.0)
+    # Other groups and rules never merge or split: an overlapping incident elsewhere is its own.
+    apart = match([inc("lag", "warning", 10, 50)], [inc("lag", "warning", 10, 50), inc("stalled", "warning", 20, 30)])
+    assert sorted(m.outcome for m in apart) == [Outcome.GAINED, Outcome.SAME]

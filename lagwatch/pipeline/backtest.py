@@ -731,13 +731,15 @@ def _ddl(fields: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"`{name}` {kind}" for name, kind in fields)
 
 
-_COMPARISON_FIELDS = (
-    [("config", "string"), ("rule", "string"), ("severity", "string")]
-    + [(name, "long") for name in RuleComparison._fields[2:11]]
-    + [(name, "double") for name in RuleComparison._fields[11:]]
-)
+# The comparison's Parquet (`_comparison/`, `_incidents/`) carries this in each row. 2: merged and split (counts,
+# and incident outcomes); 1 (no schema_version column): before them.
+COMPARISON_SCHEMA_VERSION = 2
+_COMPARISON_FIELDS = [
+    ("schema_version", "smallint"), ("config", "string"), ("rule", "string"), ("severity", "string"),
+    *[(name, "double" if name.endswith("_s") else "long") for name in RuleComparison._fields[2:]],
+]  # fmt: skip
 _INCIDENT_FIELDS = [
-    ("config", "string"), ("outcome", "string"), ("cluster", "string"), ("group", "string"), ("topic", "string"),
+    ("schema_version", "smallint"), ("config", "string"), ("outcome", "string"), ("cluster", "string"), ("group", "string"), ("topic", "string"),
     ("rule", "string"), ("recorded_severity", "string"), ("replayed_severity", "string"),
     ("recorded_fired_at", "double"), ("replayed_fired_at", "double"), ("shift_s", "double"),
     ("recorded_resolved_at", "double"), ("replayed_resolved_at", "double"), ("reason", "string"),
@@ -747,7 +749,8 @@ _INCIDENT_FIELDS = [
 def _write_comparison(spark: Any, output: str, comparisons: Sequence[Comparison]) -> None:
     """`_comparison/` (per config, rule and severity) and `_incidents/` (per incident and its counterpart) under
     the output: readers of the replay's `config=` partitions (Spark, pyarrow) skip names starting with `_`."""
-    rules = [(c.config, *r) for c in comparisons for r in c.rules]
+    version = COMPARISON_SCHEMA_VERSION
+    rules = [(version, c.config, *r) for c in comparisons for r in c.rules]
     incidents = []
     for c in comparisons:
         reasons = {id(d.match): d.reason for d in c.differences}
@@ -757,7 +760,7 @@ def _write_comparison(spark: Any, output: str, comparisons: Sequence[Comparison]
             a, b = m.recorded, m.replayed
             incidents.append(
                 (
-                    c.config, m.outcome, one.cluster, one.group, one.topic, one.rule,
+                    version, c.config, m.outcome.value, one.cluster, one.group, one.topic, one.rule,
                     a.severity if a else None, b.severity if b else None,
                     a.fired_at if a else None, b.fired_at if b else None, m.shift_s,
                     a.resolved_at if a else None, b.resolved_at if b else None, reasons.get(id(m)),

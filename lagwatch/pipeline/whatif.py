@@ -9,7 +9,9 @@ replay's own notifications are in its Parquet output, `kind = notification`).
 
 Two incidents are the same one when they have the same cluster, group, topic and rule and their firing spans
 (fired_at to resolved_at, or to the end of the range) overlap: severity is not part of it, as a lag alert whose
-threshold was raised may still fire but no longer reach critical.
+threshold was raised may still fire but no longer reach critical. Where one side's incident overlaps two or more
+of the other's, they were *merged* (the replay fired once where the daemon fired twice: a longer hysteresis, a
+lower resolve ratio) or *split* (the reverse): neither lost nor gained.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 CRITICAL = "critical"
@@ -203,47 +206,94 @@ def _order(i: Incident) -> tuple[Any, ...]:
 # -- matching and comparing ---------------------------------------------------------------------------------------
 
 
+class Outcome(StrEnum):
+    """What became of an incident of one side on the other."""
+
+    SAME = "same"  # both fired it at the same time
+    EARLIER = "earlier"  # the replay fired it earlier
+    LATER = "later"
+    LOST = "lost"  # recorded only
+    GAINED = "gained"  # replayed only
+    MERGED = "merged"  # recorded, and carried by a replayed incident that already covers an earlier recorded one
+    SPLIT = "split"  # replayed, and a further piece of a recorded incident already matched to another replayed one
+
+
 class Match(NamedTuple):
-    """One incident and its counterpart: both (the same incident), or only one side (lost or gained)."""
+    """One incident and its counterpart: both (the same incident), or only one side (lost or gained). `joined`:
+    a recorded incident merged into a replayed one that covers another recorded one too (MERGED), or a replayed
+    incident that is a further piece of a recorded one (SPLIT); such a pair is not a second incident on the side
+    it repeats."""
 
     recorded: Incident | None
     replayed: Incident | None
+    joined: Outcome | None = None  # MERGED | SPLIT
 
     @property
     def shift_s(self) -> float | None:
-        """How much later (positive) or earlier the replay fired it."""
-        if self.recorded is None or self.replayed is None:
+        """How much later (positive) or earlier the replay fired it (a merged or split piece: no shift)."""
+        if self.recorded is None or self.replayed is None or self.joined is not None:
             return None
         return self.replayed.fired_at - self.recorded.fired_at
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
+        if self.joined is not None:
+            return self.joined
         if self.replayed is None:
-            return "lost"
+            return Outcome.LOST
         if self.recorded is None:
-            return "gained"
+            return Outcome.GAINED
         shift = self.shift_s or 0.0
         if shift > SAME_TIME_S:
-            return "later"
+            return Outcome.LATER
         if shift < -SAME_TIME_S:
-            return "earlier"
-        return "same"
+            return Outcome.EARLIER
+        return Outcome.SAME
+
+    @property
+    def new_recorded(self) -> bool:
+        """A recorded incident counted here for the first time (not a split piece's repeat of it)."""
+        return self.recorded is not None and self.joined is not Outcome.SPLIT
+
+    @property
+    def new_replayed(self) -> bool:
+        return self.replayed is not None and self.joined is not Outcome.MERGED
+
+
+def _overlap(a: Incident, b: Incident) -> bool:
+    return a.fired_at <= b.end() and b.fired_at <= a.end()
 
 
 def match(recorded: Iterable[Incident], replayed: Iterable[Incident]) -> list[Match]:
     """Pairs each recorded incident with the first replayed one, in firing order, of the same cluster, group, topic
-    and rule whose firing span overlaps its own; the others are lost (recorded only) or gained (replayed only)."""
+    and rule whose firing span overlaps its own. What is left: a recorded incident overlapping a replayed one
+    already paired was merged into it; a replayed one overlapping a recorded one already paired is a piece of it
+    (split); the others are lost (recorded only) or gained (replayed only)."""
     replayed_by: dict[tuple[str, str | None, str | None, str], list[Incident]] = {}
     for r in sorted(replayed, key=_order):
         replayed_by.setdefault(r.identity(), []).append(r)
+    every_replayed = {k: list(v) for k, v in replayed_by.items()}
     out: list[Match] = []
+    pending: list[Incident] = []
     for d in sorted(recorded, key=_order):
         candidates = replayed_by.get(d.identity(), [])
-        found = next((r for r in candidates if r.fired_at <= d.end() and d.fired_at <= r.end()), None)
-        if found is not None:
-            candidates.remove(found)
+        found = next((r for r in candidates if _overlap(r, d)), None)
+        if found is None:
+            pending.append(d)
+            continue
+        candidates.remove(found)
         out.append(Match(d, found))
-    out += [Match(None, r) for rest in replayed_by.values() for r in rest]
+    paired: dict[tuple[str, str | None, str | None, str], list[Incident]] = {}
+    for m in out:
+        if m.recorded is not None:
+            paired.setdefault(m.recorded.identity(), []).append(m.recorded)
+    for d in pending:
+        into = next((r for r in every_replayed.get(d.identity(), []) if _overlap(r, d)), None)
+        out.append(Match(d, None) if into is None else Match(d, into, Outcome.MERGED))
+    for rest in replayed_by.values():
+        for r in rest:
+            of = next((d for d in paired.get(r.identity(), []) if _overlap(r, d)), None)
+            out.append(Match(None, r) if of is None else Match(of, r, Outcome.SPLIT))
     return out
 
 
@@ -266,16 +316,20 @@ class RuleComparison(NamedTuple):
     earlier_worst_s: float | None  # the most seconds earlier
     later_median_s: float | None
     later_worst_s: float | None  # the most seconds later
+    merged: int = 0  # recorded, carried by a replayed incident that covers another recorded one too
+    split: int = 0  # replayed, a further piece of one recorded incident
 
     def differs(self) -> bool:
         return bool(self.gained or self.lost or self.other_severity or self.pages_gained or self.pages_lost) or bool(
-            self.earlier or self.later
+            self.earlier or self.later or self.merged or self.split
         )
 
 
 def compare(matches: Sequence[Match]) -> list[RuleComparison]:
-    """Per rule and severity, the incidents recorded and replayed, gained and lost, pages gained and lost, and
-    fire times earlier or later (median and worst), in rule and severity order."""
+    """Per rule and severity, the incidents recorded and replayed, gained and lost, merged and split, pages gained
+    and lost, and fire times earlier or later (median and worst), in rule and severity order. A merged recorded
+    incident counts in `merged` (its row), a split piece in `split` (the replayed piece's row); neither is lost,
+    gained, nor counted twice on the side it repeats."""
     keys = sorted(
         {(i.rule, i.severity) for m in matches for i in (m.recorded, m.replayed) if i is not None},
         key=lambda k: (k[0], -_RANK.get(k[1], -1)),
@@ -293,20 +347,27 @@ def compare(matches: Sequence[Match]) -> list[RuleComparison]:
             RuleComparison(
                 rule=rule,
                 severity=severity,
-                recorded=sum(1 for m in matches if here(m.recorded)),
-                replayed=sum(1 for m in matches if here(m.replayed)),
+                recorded=sum(1 for m in matches if m.new_recorded and here(m.recorded)),
+                replayed=sum(1 for m in matches if m.new_replayed and here(m.replayed)),
                 gained=sum(1 for m in matches if here(m.replayed) and m.recorded is None),
                 lost=sum(1 for m in matches if here(m.recorded) and m.replayed is None),
                 other_severity=sum(
                     1
                     for m in matches
-                    if here(m.recorded) and m.replayed is not None and m.replayed.severity != severity
+                    if m.joined is None
+                    and here(m.recorded)
+                    and m.replayed is not None
+                    and m.replayed.severity != severity
                 ),
                 pages_gained=sum(
-                    1 for m in matches if paging and here(m.replayed) and not (m.recorded and m.recorded.pages)
+                    1
+                    for m in matches
+                    if paging and m.new_replayed and here(m.replayed) and not (m.recorded and m.recorded.pages)
                 ),
                 pages_lost=sum(
-                    1 for m in matches if paging and here(m.recorded) and not (m.replayed and m.replayed.pages)
+                    1
+                    for m in matches
+                    if paging and m.new_recorded and here(m.recorded) and not (m.replayed and m.replayed.pages)
                 ),
                 earlier=len(earlier),
                 later=len(later),
@@ -314,6 +375,8 @@ def compare(matches: Sequence[Match]) -> list[RuleComparison]:
                 earlier_worst_s=max(earlier) if earlier else None,
                 later_median_s=statistics.median(later) if later else None,
                 later_worst_s=max(later) if later else None,
+                merged=sum(1 for m in matches if m.joined is Outcome.MERGED and here(m.recorded)),
+                split=sum(1 for m in matches if m.joined is Outcome.SPLIT and here(m.replayed)),
             )
         )
     return rows
@@ -334,25 +397,35 @@ class CandidateTotals(NamedTuple):
     earlier: int
     later: int
     median_shift_s: float | None  # over the incidents both raised, replayed minus recorded fire time
+    merged: int = 0  # recorded incidents carried by a replayed one that covers another recorded one too
+    split: int = 0  # replayed incidents that are a further piece of one recorded incident
 
 
 def totals(config: str, matches: Sequence[Match]) -> CandidateTotals:
     shifts = [s for m in matches if (s := m.shift_s) is not None]
     return CandidateTotals(
         config=config,
-        alerts_recorded=sum(1 for m in matches if m.recorded is not None),
-        alerts_replayed=sum(1 for m in matches if m.replayed is not None),
-        alerts_gained=sum(1 for m in matches if m.outcome == "gained"),
-        alerts_lost=sum(1 for m in matches if m.outcome == "lost"),
-        pages_recorded=sum(1 for m in matches if m.recorded is not None and m.recorded.pages),
-        pages_replayed=sum(1 for m in matches if m.replayed is not None and m.replayed.pages),
+        alerts_recorded=sum(1 for m in matches if m.new_recorded),
+        alerts_replayed=sum(1 for m in matches if m.new_replayed),
+        alerts_gained=sum(1 for m in matches if m.outcome == Outcome.GAINED),
+        alerts_lost=sum(1 for m in matches if m.outcome == Outcome.LOST),
+        pages_recorded=sum(1 for m in matches if m.new_recorded and m.recorded is not None and m.recorded.pages),
+        pages_replayed=sum(1 for m in matches if m.new_replayed and m.replayed is not None and m.replayed.pages),
         pages_gained=sum(
-            1 for m in matches if m.replayed and m.replayed.pages and not (m.recorded and m.recorded.pages)
+            1
+            for m in matches
+            if m.new_replayed and m.replayed and m.replayed.pages and not (m.recorded and m.recorded.pages)
         ),
-        pages_lost=sum(1 for m in matches if m.recorded and m.recorded.pages and not (m.replayed and m.replayed.pages)),
-        earlier=sum(1 for m in matches if m.outcome == "earlier"),
-        later=sum(1 for m in matches if m.outcome == "later"),
+        pages_lost=sum(
+            1
+            for m in matches
+            if m.new_recorded and m.recorded and m.recorded.pages and not (m.replayed and m.replayed.pages)
+        ),
+        earlier=sum(1 for m in matches if m.outcome == Outcome.EARLIER),
+        later=sum(1 for m in matches if m.outcome == Outcome.LATER),
         median_shift_s=statistics.median(shifts) if shifts else None,
+        merged=sum(1 for m in matches if m.joined is Outcome.MERGED),
+        split=sum(1 for m in matches if m.joined is Outcome.SPLIT),
     )
 
 
@@ -369,7 +442,7 @@ class Difference(NamedTuple):
     """Where the replay of the recorded configuration differs from what the daemon raised, and why when known."""
 
     match: Match
-    what: str  # lost | gained | earlier | later | severity | resolved
+    what: str  # lost | gained | merged | split | earlier | later | severity | resolved
     reason: str | None
 
 
@@ -386,9 +459,11 @@ def differences(
     out = []
     for m in matches:
         a, b = m.recorded, m.replayed
-        if a is not None and b is not None:
-            if m.outcome in ("earlier", "later"):
-                what = m.outcome
+        if m.joined is not None:
+            what = m.joined.value
+        elif a is not None and b is not None:
+            if m.outcome in (Outcome.EARLIER, Outcome.LATER):
+                what = m.outcome.value
             elif a.severity != b.severity:
                 what = "severity"
             elif (a.resolved_at is None) != (b.resolved_at is None) or (
@@ -400,8 +475,8 @@ def differences(
             else:
                 continue
         else:
-            what = m.outcome
-        one = a or b
+            what = m.outcome.value
+        one = (b if m.joined is Outcome.SPLIT else a) or b
         assert one is not None
         out.append(Difference(m, what, _reason(one, ranges, warmup_s, restarts)))
     return out
@@ -432,12 +507,12 @@ def _s(value: float | None) -> str:
 
 def table_lines(rows: Sequence[RuleComparison]) -> list[str]:
     """The comparison as an aligned text table, one line per rule and severity."""
-    head = ("rule", "severity", "recorded", "replayed", "gained", "lost", "other sev", "pages +", "pages -",
-            "earlier", "median s", "worst s", "later", "median s", "worst s")  # fmt: skip
+    head = ("rule", "severity", "recorded", "replayed", "gained", "lost", "merged", "split", "other sev", "pages +",
+            "pages -", "earlier", "median s", "worst s", "later", "median s", "worst s")  # fmt: skip
     body = [
-        (r.rule, r.severity, str(r.recorded), str(r.replayed), str(r.gained), str(r.lost), str(r.other_severity),
-         str(r.pages_gained), str(r.pages_lost), str(r.earlier), _s(r.earlier_median_s), _s(r.earlier_worst_s),
-         str(r.later), _s(r.later_median_s), _s(r.later_worst_s))
+        (r.rule, r.severity, str(r.recorded), str(r.replayed), str(r.gained), str(r.lost), str(r.merged),
+         str(r.split), str(r.other_severity), str(r.pages_gained), str(r.pages_lost), str(r.earlier),
+         _s(r.earlier_median_s), _s(r.earlier_worst_s), str(r.later), _s(r.later_median_s), _s(r.later_worst_s))
         for r in rows
     ]  # fmt: skip
     if not body:
@@ -453,12 +528,12 @@ def table_lines(rows: Sequence[RuleComparison]) -> list[str]:
 
 
 def ranking_lines(all_totals: Sequence[CandidateTotals]) -> list[str]:
-    head = ("rank", "config", "pages", "pages +", "pages -", "alerts", "alerts +", "alerts -", "earlier", "later",
-            "median shift s")  # fmt: skip
+    head = ("rank", "config", "pages", "pages +", "pages -", "alerts", "alerts +", "alerts -", "merged", "split",
+            "earlier", "later", "median shift s")  # fmt: skip
     body = [
         (str(n), t.config, f"{t.pages_replayed} ({t.pages_recorded})", str(t.pages_gained), str(t.pages_lost),
-         f"{t.alerts_replayed} ({t.alerts_recorded})", str(t.alerts_gained), str(t.alerts_lost), str(t.earlier),
-         str(t.later), _s(t.median_shift_s))
+         f"{t.alerts_replayed} ({t.alerts_recorded})", str(t.alerts_gained), str(t.alerts_lost), str(t.merged),
+         str(t.split), str(t.earlier), str(t.later), _s(t.median_shift_s))
         for n, t in enumerate(ranked(all_totals), 1)
     ]  # fmt: skip
     widths = [max(len(x[i]) for x in (head, *body)) for i in range(len(head))]
@@ -482,6 +557,18 @@ def difference_lines(diffs: Sequence[Difference], iso: Any, limit: int = 20) -> 
         if d.what == "lost":
             assert a is not None
             text = f"the daemon raised {incident_text(a)} at {iso(a.fired_at)}; the replay did not"
+        elif d.what == "merged":
+            assert a is not None and b is not None
+            text = (
+                f"the daemon raised {incident_text(a)} again at {iso(a.fired_at)}; the replay kept firing the one it "
+                f"raised at {iso(b.fired_at)}"
+            )
+        elif d.what == "split":
+            assert a is not None and b is not None
+            text = (
+                f"the replay raised {incident_text(b)} again at {iso(b.fired_at)}; the daemon kept firing the one it "
+                f"raised at {iso(a.fired_at)}"
+            )
         elif d.what == "gained":
             assert b is not None
             text = f"the replay raised {incident_text(b)} at {iso(b.fired_at)}; the daemon did not"
