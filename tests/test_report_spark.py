@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,10 @@ RULES: dict[str, Any] = {
         "for_s": 120,
     },
     "expiry": {"retention_minutes": 600},  # 10 h: the idle group comes within 2 h of losing its offsets
-    "overrides": [{"match": {"group": "steady"}, "rules": {"lag": {"warning": {"offsets": 200}}}}],
+    "overrides": [
+        {"match": {"group": "steady"}, "rules": {"lag": {"warning": {"offsets": 200}}}},
+        {"match": {"group": "laggy|idle"}, "labels": {"team": "payments"}},  # routing only: no threshold changes
+    ],
 }
 # What the rules above resolve to, written out by hand (the test must not share the job's resolver).
 THRESHOLDS = {  # group -> (warning offsets, warning seconds, critical offsets, critical seconds)
@@ -104,10 +108,22 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def report(lake: Path, spark: Any) -> Any:
+def backtest_out(lake: Path, spark: Any) -> Path:
+    """A backtest of the same lake: `recorded`, and a candidate with the lag warning at 5,000 records."""
+    from lagwatch.pipeline.backtest import backtest
+
+    candidate = lake.parent / "lag5k.yaml"
+    candidate.write_text("rules:\n  lag: {warning: {offsets: 5000}}\n")
+    out = lake.parent / "backtest"
+    backtest(str(lake), ["recorded", str(candidate)], str(out), spark=spark)
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(lake: Path, spark: Any, backtest_out: Path) -> Any:
     from lagwatch.pipeline.report import run_report
 
-    return run_report(str(lake), str(lake.parent / "out"), spark=spark, plotted_groups=3)
+    return run_report(str(lake), str(lake.parent / "out"), spark=spark, plotted_groups=3, backtest=str(backtest_out))
 
 
 def expected(lake: Path) -> dict[str, Any]:
@@ -209,31 +225,139 @@ def test_report_figures_equal_pandas_over_the_same_lake(lake: Path, report: Any)
     assert first.catch_up_s == first.ended_at - first.peak_at > 0
 
 
+def daemon_incidents(lake: Path) -> Any:
+    """The daemon's alerts, straight from the lake's alert transitions with pandas: one per key and firing time,
+    its highest severity, resolved or cut at the last poll; the team label of its rows."""
+    import json
+
+    rows = ds.dataset(lake / "alerts", format="parquet", partitioning="hive").to_table().to_pandas()
+    polls = ds.dataset(lake / "snapshots", format="parquet", partitioning="hive").to_table(
+        columns=["taken_at"], filter=ds.field("row_kind") == "poll"
+    )
+    last = max(polls.column("taken_at").to_pylist())
+    rank = {"info": 0, "warning": 1, "critical": 2}
+    rows["rank"] = rows.severity.map(rank)
+    rows["team"] = rows.labels_json.map(lambda x: json.loads(x).get("team"))
+    incidents = rows.groupby(["key", "fired_at"], as_index=False).agg(
+        rule=("rule", "first"), group=("group", "first"), team=("team", "first"), rank=("rank", "max"),
+        resolved_at=("resolved_at", "max"),
+    )  # fmt: skip
+    incidents["pages"] = incidents["rank"] == 2
+    incidents["end"] = incidents.resolved_at.fillna(last).clip(upper=last)
+    incidents["firing_s"] = incidents.end - incidents.fired_at
+    incidents["day"] = pd.to_datetime(incidents.fired_at, unit="s", utc=True).dt.strftime("%Y-%m-%d")
+    return incidents
+
+
+@pytest.mark.spark
+def test_the_report_counts_the_daemons_alerts_pages_and_time_firing(lake: Path, report: Any) -> None:
+    """Per day, rule and team, and the noisiest groups: equal to a pandas count over the lake's alert rows."""
+    want = daemon_incidents(lake)
+    view = report.alerting
+    assert view is not None and view.summary.alerts == len(want) > 10
+    a = view.summary
+    assert a.pages == int(want.pages.sum()) >= 3  # below_log_start, stopped, and two lag incidents reach critical
+    assert a.firing_s == pytest.approx(want.firing_s.sum())
+    days = {d.day: (d.alerts, d.pages) for d in a.days}
+    per_day = want.groupby("day").agg(alerts=("key", "size"), pages=("pages", "sum"))
+    assert days == {d: (int(r.alerts), int(r.pages)) for d, r in per_day.iterrows()}
+    assert sum(d.firing_s for d in a.days) == pytest.approx(want.firing_s.sum())  # cut at midnight, summed again
+    rules = {t.name: (t.alerts, t.pages, round(t.firing_s, 3)) for t in a.rules}
+    per_rule = want.groupby("rule").agg(n=("key", "size"), p=("pages", "sum"), f=("firing_s", "sum"))
+    assert rules == {r: (int(x.n), int(x.p), round(x.f, 3)) for r, x in per_rule.iterrows()}
+    teams = {t.name: (t.alerts, t.pages, t.groups) for t in a.teams}
+    payments = want[want.team == "payments"]
+    assert teams["payments"] == (len(payments), int(payments.pages.sum()), 2)  # laggy and idle
+    assert teams["(no team label)"][0] == len(want) - len(payments)
+    noisiest = a.noisiest[0]
+    assert noisiest.group == "steady" and noisiest.alerts == int((want.group == "steady").sum())
+    # The idle group's near miss: the daemon's expiry warning is said beside it.
+    (warning,) = want[want.rule == "expiry"].fired_at
+    page = Path(report.html_path).read_text()
+    expiry = page[page.index('id="expiry-near-misses"') :]
+    assert datetime.fromtimestamp(warning, UTC).strftime("%Y-%m-%d %H:%M") in expiry.split("</table>")[0]
+
+
+def _colours(html_text: str) -> set[str]:
+    """The colours an HTML or SVG fragment paints with (style properties and SVG attributes), greys left out:
+    neutral greys (axes, grid, text, white) mean nothing."""
+    found = re.findall(
+        r"(?:fill|stroke|background(?:-color)?|border(?:-top)?-color)\s*[:=]\s*\"?(#[0-9a-fA-F]{6})\b", html_text
+    )
+    return {c.lower() for c in found if len({c[1:3], c[3:5], c[5:7]}) > 1}
+
+
+def _chromium() -> str:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is not installed (make test installs Debian's chromium)")
+    return browser
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+
+
 @pytest.mark.spark
 def test_report_html_renders_in_headless_chromium(report: Any, tmp_path: Path) -> None:
+    """Chromium parses the page (its DOM, dumped) and paints it (a screenshot): the alerting sections are there,
+    every colour drawn is in a figure whose legend shows it, and the legend's swatches are on screen."""
     page = Path(report.html_path).read_text()
     for fetches in ("<script", "<link", "<img", "<iframe", 'src="http', 'href="http', "@import"):
         assert fetches not in page  # self-contained: nothing to fetch, nothing to run
     assert not re.search(r"url\((?!#)", page)  # CSS and SVG refer only to the page's own elements
-    assert page.count("<svg") == 2  # lag over time and the distribution, inline
-    for name in ("laggy", "steady", "idle", "Incidents and catch-up", "Offset expiry near misses"):
-        assert name in page
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.fail("chromium is not installed (make test installs Debian's chromium)")
+    # Lag over time, the distribution, alerts per day, and the noisiest groups' alerts on a time line, inline.
+    assert page.count("<svg") == 4
+    browser = _chromium()
+    dom = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, "--dump-dom", f"file://{report.html_path}"],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    body = dom[dom.index("</style>") :]  # the page's CSS names its own chrome's colours: not data
+    (bad,) = re.findall(r"tr\.bad td \{ color: (#[0-9a-f]{6}); \}", dom)  # red rows: a colour that means something
+    for section in ("alerting", "alerts-per-day", "alerts-per-rule", "alerts-per-team", "noisiest-groups",
+                    "time-firing", "expiry-near-misses", "backtest", "lag-over-time", "incidents"):  # fmt: skip
+        assert f'<h2 id="{section}">' in body, section
+    for name in ("laggy", "steady", "idle", "payments", "(no team label)", "lag5k", "recorded"):
+        assert name in body
+
+    # Every colour is inside a figure whose legend has a swatch of it; nothing coloured is outside one.
+    figures = re.findall(r'<figure class="chart" id="([^"]+)">(.*?)</figure>', body, flags=re.S)
+    ids = [name for name, _ in figures]
+    assert {"slo", "alerts-per-day-chart", "time-firing-chart", "lag-over-time-chart", "distribution-chart",
+            "incidents-table"} <= set(ids), ids  # fmt: skip
+    legend_colours: set[str] = set()
+    for name, inner in figures:
+        drawn, legend = inner.split('<figcaption class="legend">')
+        keys = _colours(legend)
+        legend_colours |= keys
+        colours = _colours(drawn) | ({bad} if 'class="bad"' in drawn else set())
+        assert colours, f"{name} draws nothing in colour"
+        assert colours <= keys, f"{name}: colours without a legend: {colours - keys}"
+    outside = re.sub(r'<figure class="chart".*?</figure>', "", body, flags=re.S)
+    assert _colours(outside) == set() and 'class="bad"' not in outside
+    # The heat table's scale, in steps up to its saturation at 20 %, each step in the legend; the time axes say so.
+    slo = dict(figures)["slo"]
+    assert "saturates at 20%" in slo and "20 % and more" in slo and "not polled that day" in slo
+    for name, axis in (("lag-over-time-chart", "time (UTC)"), ("time-firing-chart", "time (UTC)"),
+                       ("alerts-per-day-chart", "day (UTC)")):  # fmt: skip
+        assert axis in dict(figures)[name], f"{name}: no {axis} axis label"
+
+    # Painted: each legend colour is on screen (a swatch is 18 x 12 px, a line key 22 x 3: at least 50 pixels).
     shot = tmp_path / "report.png"
     subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
-         "--window-size=1280,2400", f"file://{report.html_path}"],
+        [browser, *CHROMIUM_FLAGS, f"--screenshot={shot}", "--window-size=1280,9000", f"file://{report.html_path}"],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     from matplotlib import image
 
-    pixels = image.imread(str(shot))
-    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
-    # Not a blank page: the plots and the tables put a good share of non-white pixels on screen.
-    ink = (pixels[:, :, :3].mean(axis=2) < 0.9).mean()
-    assert ink > 0.03, f"only {ink:.1%} of the screenshot is not white"
+    pixels = (image.imread(str(shot))[:, :, :3] * 255).round().astype(int)
+    assert pixels.shape[:2] == (9000, 1280)
+    ink = (pixels.mean(axis=2) < 230).mean()
+    assert ink > 0.02, f"only {ink:.1%} of the screenshot is not white"
+    for colour in sorted(legend_colours):
+        rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+        painted = int((abs(pixels - rgb).max(axis=2) <= 2).sum())
+        assert painted >= 50, f"legend colour {colour}: {painted} pixels on screen"
     keep = Path("/tmp/lagwatch-report-screenshot.png")  # for a person to look at after the run
     shutil.copy(shot, keep)
 
@@ -368,6 +492,8 @@ def test_report_of_cluster_123_with_odd_names_and_unknown_lag(
     page = Path(report.html_path).read_text()
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "q&quot;uo&#x27;te &amp; &lt;b&gt;" in page and "ünïcødé-日本語" in page
+    noisiest = page[page.index('id="noisiest-groups"') : page.index('id="time-firing"')]  # the alerting sections too
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in noisiest and "q&quot;uo&#x27;te &amp; &lt;b&gt;" in noisiest
     assert "lag unknown at every poll" in page and "1970" not in page
     assert not [w for w in recwarn.list if "Glyph" in str(w.message)]
     assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []  # no staging left
@@ -405,6 +531,10 @@ def test_report_arguments_are_checked_before_spark_or_any_directory(tmp_path: Pa
     for kwargs in ({"config": str(bad)}, {"expiry_margin_s": math.inf}, {"expiry_margin_s": math.nan}):
         with pytest.raises(LagwatchError):  # no Spark session: these fail before one would start
             run_report(str(tmp_path / "lake"), str(out), **kwargs)
+    with pytest.raises(LagwatchError, match=r"^--backtest .*: not a backtest's output \(no _comparison/ in it\)$"):
+        run_report(str(tmp_path / "lake"), str(out), backtest=str(tmp_path))
+    with pytest.raises(LagwatchError, match=r"^--team-label: give a label name"):
+        run_report(str(tmp_path / "lake"), str(out), team_label=" ")
     assert not (tmp_path / "o").exists()
     with pytest.raises(LagwatchError, match="--last-days must be between 1 and"):
         _window(argparse.Namespace(last_days=10**8, since=None, until=None), 1.8e9)

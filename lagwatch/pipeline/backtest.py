@@ -648,14 +648,23 @@ def backtest(
 
 def _recorded_transitions(spark: Any, lake: str, since: float | None, until: float | None) -> list[RecordedTransition]:
     """The daemon's alert transitions in the range, from the lake's `alerts` dataset (none: a lake without it)."""
+    return transitions_of(alert_rows(spark, lake, since, until))
+
+
+def alert_rows(spark: Any, lake: str, since: float | None, until: float | None) -> list[Any]:
+    """The lake's `alerts` rows in the range, collected (none: a lake without the dataset)."""
     from lagwatch.pipeline.lake_read import read_alerts
 
     try:
-        rows = read_alerts(spark, lake, since, until).collect()
+        return list(read_alerts(spark, lake, since, until).collect())
     except Exception as e:  # no alerts dataset: the daemon never raised one (or the lake was written by hand)
         if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
             return []
         raise
+
+
+def transitions_of(rows: Iterable[Any]) -> list[RecordedTransition]:
+    """The lake's alert rows as the comparison takes them."""
     return [
         RecordedTransition(
             str(r["cluster"]),

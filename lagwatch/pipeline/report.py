@@ -8,7 +8,10 @@
       -> worst_partitions:   per group and day, the partitions with the highest lag
       -> incidents:          runs of polls over the warning threshold, their peak and how long catching up took
       -> expiry_near_misses: groups whose offsets came within --expiry-margin of expiring
-      -> report.html:        the tables and plots (inline SVG; no script, no network)
+    lake alert transitions (the daemon's alerts) -> incidents -> alerts and pages per day, per rule and per team (a
+      routing label), time firing, the noisiest groups, whether a near miss was warned of (pipeline.alerting)
+    a backtest's output (--backtest) -> its comparison with the daemon, ranked, and its notifications per day
+      -> report.html:        the tables and plots (inline SVG; no script, no network), each colour with its legend
 
 Definitions (the README repeats them; tests/test_report_spark.py recomputes every figure with pandas):
 - percentiles are exact (Spark's `percentile`, linear interpolation, as pandas' `quantile`), over the polls of the
@@ -26,16 +29,18 @@ Run as `lagwatch pipeline report ...`, `python -m lagwatch.pipeline.report ...`,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lagwatch.errors import LagwatchError
 from lagwatch.escape import slack_code, slack_text
@@ -43,10 +48,17 @@ from lagwatch.pipeline.lake_read import check_lake, recorded_params
 from lagwatch.pipeline.thresholds import lag_thresholds
 from lagwatch.pipeline.times import iso, range_text, time_arg
 
+if TYPE_CHECKING:
+    from lagwatch.pipeline.alerting import NotificationDay
+    from lagwatch.pipeline.report_html import AlertingView, BacktestView
+    from lagwatch.pipeline.whatif import CandidateTotals, RuleComparison
+
 PERCENTILES = (0.5, 0.95, 0.99)
 DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the expiry rule's warning point (75%)
 DEFAULT_WORST = 5
 DEFAULT_PLOTTED_GROUPS = 12
+DEFAULT_TEAM_LABEL = "team"  # the routing label the docs' overrides use (rules.md)
+RECORDED = "recorded"  # the backtest's name for the configuration the daemon ran with
 MAX_LAST_DAYS = 36500
 SERIES_POINTS = 600  # per plotted group: enough for a line that reads well, small enough to inline as SVG
 
@@ -65,6 +77,8 @@ class Report:
     expiry_near_misses: Any
     html_path: str
     title: str
+    alerting: AlertingView | None = None  # the daemon's alerts over the range
+    backtest: BacktestView | None = None  # --backtest's comparison, when given
 
 
 # -- the Spark part -------------------------------------------------------------------------------------------------
@@ -353,6 +367,8 @@ def run_report(
     worst: int = DEFAULT_WORST,
     plotted_groups: int = DEFAULT_PLOTTED_GROUPS,
     master: str | None = None,
+    backtest: str | None = None,
+    team_label: str = DEFAULT_TEAM_LABEL,
 ) -> Report:
     """The whole job. Every input is checked before Spark starts (a JVM takes seconds to come up)."""
     started = time.monotonic()
@@ -360,13 +376,17 @@ def run_report(
         raise ReportError("--since must be before --until")
     if not (0 < expiry_margin_s < math.inf) or worst < 1 or plotted_groups < 0:
         raise ReportError("--expiry-margin-hours and --worst must be positive, --plot-groups not negative")
+    if not team_label.strip():
+        raise ReportError("--team-label: give a label name (team, by default)")
     rules = _config_rules(config)
     lake_path = check_lake(lake, "report", ReportError)
+    if backtest is not None:
+        _check_backtest(backtest)
+    options = _Options(expiry_margin_s, worst, plotted_groups, master, backtest, team_label)
 
     def job(target: str) -> Report:
         try:
-            return _report_on_spark(lake, lake_path, output, target, since, until, rules, spark, expiry_margin_s,
-                                    worst, plotted_groups, started, master)  # fmt: skip
+            return _report_on_spark(lake, lake_path, output, target, since, until, rules, spark, started, options)
         except LagwatchError:
             raise
         except Exception as e:  # a Spark or Py4J failure (unreadable file, unknown scheme...): one line, no JVM trace
@@ -404,6 +424,25 @@ def run_report(
 TABLES = ("group_daily", "worst_partitions", "incidents", "expiry_near_misses")
 
 
+@dataclass(frozen=True)
+class _Options:
+    expiry_margin_s: float
+    worst: int
+    plotted_groups: int
+    master: str | None
+    backtest: str | None
+    team_label: str
+
+
+def _check_backtest(path: str) -> None:
+    """--backtest: a backtest's output (its `_comparison/`), said before Spark starts where it can be."""
+    if "://" in path and not path.startswith("file:"):
+        return  # an object store: Spark says, in one line, if it is not there
+    local = path.removeprefix("file://").removeprefix("file:")
+    if not os.path.isdir(os.path.join(local, "_comparison")):
+        raise ReportError(f"--backtest {path}: not a backtest's output (no _comparison/ in it)")
+
+
 def _report_on_spark(
     lake: str,
     lake_path: str,
@@ -413,13 +452,16 @@ def _report_on_spark(
     until: float | None,
     rules: Mapping[str, Any] | None,
     spark: Any,
-    expiry_margin_s: float,
-    worst: int,
-    plotted_groups: int,
     started: float,
-    master: str | None,
+    options: _Options,
 ) -> Report:
     """The job proper: the Parquet tables and report.html under `staging`, named as they will be under `output`."""
+    expiry_margin_s, worst, plotted_groups, master = (
+        options.expiry_margin_s,
+        options.worst,
+        options.plotted_groups,
+        options.master,
+    )
     if spark is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
         from pyspark.sql import SparkSession
 
@@ -447,11 +489,28 @@ def _report_on_spark(
         "incidents": ["cluster", "group", "started_at"],
         "expiry_near_misses": ["cluster", "date", "group"],
     }
+    steps = len(sort) + 2 + (options.backtest is not None)
     for i, (name, keys) in enumerate(sort.items(), 1):
-        _say(f"[{i}/{len(sort) + 1}] {name}")
+        _say(f"[{i}/{steps}] {name}")
         frames[name].write.mode("overwrite").parquet(f"{staging}/{name}")
         out[name] = spark.read.parquet(f"{staging}/{name}").toPandas().sort_values(keys).reset_index(drop=True)
-    _say(f"[{len(sort) + 1}/{len(sort) + 1}] plots and report.html")
+    _say(f"[{len(sort) + 1}/{steps}] the daemon's alerts")
+    ranges = {str(r["cluster"]): (float(r["first"]), float(r["last"])) for r in counts}
+    days = sorted(set(out["group_daily"]["date"])) if len(out["group_daily"]) else []
+    alerting = _alerting(spark, lake_path, since, until, ranges, days, options.team_label)
+    backtest_view = None
+    if options.backtest is not None:
+        _say(f"[{len(sort) + 2}/{steps}] the backtest at {options.backtest}")
+        backtest_view, notifications = _backtest_view(spark, options.backtest)
+        recorded = [n for n in notifications if n.config == RECORDED]
+        if recorded:
+            alerting = dataclasses.replace(
+                alerting,
+                notifications=recorded,
+                notifications_from=f"as the backtest at {options.backtest} replayed the recorded configuration "
+                "(the lake records alert transitions, not deliveries)",
+            )
+    _say(f"[{steps}/{steps}] plots and report.html")
     chosen = _plotted(out["group_daily"], plotted_groups)
     series = _series(frames["group_polls"], chosen)
     distribution = _distribution(frames["group_polls"], chosen)
@@ -470,15 +529,114 @@ def _report_on_spark(
         {c: timeline[-1][1] for c, timeline in rules_of.items()},  # the plots draw the newest thresholds
         expiry_margin_s,
         title=title,
+        alerting=alerting,
+        backtest=backtest_view,
     )
     html_path = f"{output}/report.html"
     _write_text(f"{staging}/report.html", page)
     report = Report(
-        out["group_daily"], out["worst_partitions"], out["incidents"], out["expiry_near_misses"], html_path, title
+        out["group_daily"],
+        out["worst_partitions"],
+        out["incidents"],
+        out["expiry_near_misses"],
+        html_path,
+        title,
+        alerting,
+        backtest_view,
     )
     _say(f"wrote {output} in {time.monotonic() - started:.1f} s")
     print(summary(report))
     return report
+
+
+def _alerting(
+    spark: Any,
+    lake: str,
+    since: float | None,
+    until: float | None,
+    ranges: Mapping[str, tuple[float, float]],
+    days: Sequence[str],
+    team_label: str,
+) -> AlertingView:
+    """The daemon's alerts in the range (the lake's alert transitions, paired into incidents), summed up."""
+    from lagwatch.pipeline.alerting import FiredAlert, summarize
+    from lagwatch.pipeline.backtest import alert_rows, transitions_of
+    from lagwatch.pipeline.report_html import AlertingView
+    from lagwatch.pipeline.whatif import recorded_incidents
+
+    rows = alert_rows(spark, lake, since, until)
+    teams: dict[tuple[str, str], str | None] = {}
+    for r in rows:
+        labels = _labels(r["labels_json"])
+        team = labels.get(team_label)
+        teams[(str(r["cluster"]), str(r["key"]))] = team if isinstance(team, str) else None
+    incidents = recorded_incidents(transitions_of(rows), ranges)
+    alerts = [FiredAlert(i, teams.get((i.cluster, i.key))) for i in incidents.compared]
+    return AlertingView(summarize(alerts, ranges, days), alerts, ranges, team_label)
+
+
+def _labels(text: str | None) -> dict[str, Any]:
+    import json
+
+    try:
+        labels = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return labels if isinstance(labels, dict) else {}
+
+
+def _backtest_view(spark: Any, path: str) -> tuple[BacktestView, list[NotificationDay]]:
+    """A backtest's comparison (per config: totals and per rule) and its replay's notifications per day."""
+    from lagwatch.pipeline.alerting import notifications_per_day
+    from lagwatch.pipeline.backtest import _COMPARISON_FIELDS, _INCIDENT_FIELDS, OUTPUT_COLUMNS, _ddl
+    from lagwatch.pipeline.report_html import BacktestView
+    from lagwatch.pipeline.whatif import RuleComparison
+
+    base = path.rstrip("/")
+    comparison = spark.read.schema(_ddl(_COMPARISON_FIELDS)).parquet(f"{base}/_comparison").collect()
+    incidents = spark.read.schema(_ddl(_INCIDENT_FIELDS)).parquet(f"{base}/_incidents")
+    shifted: dict[str, list[float]] = {}
+    for r in incidents.where("shift_s is not null").select("config", "shift_s").collect():
+        shifted.setdefault(str(r["config"]), []).append(float(r["shift_s"]))
+    shifts = {config: statistics.median(values) for config, values in shifted.items()}
+    fields = RuleComparison._fields
+    by_config: dict[str, list[RuleComparison]] = {}
+    for r in comparison:
+        values = {f: r[f] for f in fields}
+        values.update({f: int(values[f] or 0) for f in ("merged", "split")})  # version 1 files have neither
+        by_config.setdefault(str(r["config"]), []).append(RuleComparison(**values))
+    totals = [_totals(config, rows, shifts.get(config)) for config, rows in by_config.items()]
+    replay = spark.read.schema(", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())).parquet(base)
+    notes = replay.where("kind = 'notification'").select("config", "fired_at", "notification_kind").collect()
+    notifications = notifications_per_day(
+        (str(n["config"]), float(n["fired_at"]), str(n["notification_kind"])) for n in notes
+    )
+    return BacktestView(path, totals, by_config, notifications), notifications
+
+
+def _totals(config: str, rows: Sequence[RuleComparison], median_shift_s: float | None) -> CandidateTotals:
+    """A config's totals from its rows per rule and severity (what `whatif.totals` makes from the matches)."""
+    from lagwatch.pipeline.whatif import CRITICAL, CandidateTotals
+
+    def total(name: str, only_critical: bool = False) -> int:
+        return sum(int(getattr(r, name)) for r in rows if not only_critical or r.severity == CRITICAL)
+
+    return CandidateTotals(
+        config=config,
+        alerts_recorded=total("recorded"),
+        alerts_replayed=total("replayed"),
+        alerts_gained=total("gained"),
+        alerts_lost=total("lost"),
+        pages_recorded=total("recorded", True),
+        pages_replayed=total("replayed", True),
+        pages_gained=total("pages_gained"),
+        pages_lost=total("pages_lost"),
+        earlier=total("earlier"),
+        later=total("later"),
+        median_shift_s=median_shift_s,
+        merged=total("merged"),
+        split=total("split"),
+    )
 
 
 def _plotted(daily: Any, n: int) -> list[tuple[str, str]]:
@@ -624,6 +782,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NOTIFIER",
         help="post a digest through this notifier of --config (slack, slack_webhook, webhook:NAME, log)",
     )
+    parser.add_argument(
+        "--backtest",
+        metavar="DIR",
+        help="a backtest's output: its comparison with the daemon as a section, and notifications per day",
+    )
+    parser.add_argument(
+        "--team-label",
+        default=DEFAULT_TEAM_LABEL,
+        metavar="NAME",
+        help=f"the routing label alerts are counted per team by (default {DEFAULT_TEAM_LABEL})",
+    )
     parser.add_argument("--master", default=None, help="Spark master (default: local[2]; spark-submit's own)")
 
 
@@ -672,6 +841,8 @@ def run_job(args: argparse.Namespace) -> int:
         args.worst,
         args.plot_groups,
         args.master,
+        args.backtest,
+        args.team_label,
     )
     return 0 if notifier is None else send_digest(notifier, report)
 

@@ -1,7 +1,12 @@
 """The report as one HTML file a person opens in a browser: tables and inline SVG plots, no script, no network.
 
 matplotlib draws the plots (lag over time with the thresholds and the incidents shaded; the distribution per group
-as box plots), written as SVG text into the page, so the file stays self-contained and sharp at any zoom.
+as box plots; alerts per day; the noisiest groups' alerts on a time line), written as SVG text into the page, so the
+file stays self-contained and sharp at any zoom.
+
+Every colour that means something is in a `<figure class="chart">` with its legend (`<figcaption class="legend">`,
+one swatch per colour, in the very colour drawn); the heat table's colours are steps of a scale, each in the
+legend. Neutral greys (axes, grid, text) mean nothing. tests/test_report_spark.py checks all of it in Chromium.
 """
 
 from __future__ import annotations
@@ -11,8 +16,20 @@ import io
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from lagwatch.pipeline.alerting import (
+    NO_TEAM,
+    SEVERITIES,
+    Alerting,
+    FiredAlert,
+    NotificationDay,
+    expiry_warned_at,
+    severity_of,
+)
+from lagwatch.pipeline.whatif import CandidateTotals, RuleComparison, ranked
 
 MAX_TABLE_ROWS = 200  # beyond this a table goes into a collapsed <details>: the Parquet files have everything
 
@@ -30,7 +47,36 @@ th, td { padding: 3px 8px; border-bottom: 1px solid #eef; text-align: right; whi
 th { background: #f4f6fa; position: sticky; top: 0; } td.l, th.l { text-align: left; }
 tr.bad td { color: #b3261e; } .note { color: #5b6474; font-size: 12.5px; }
 svg { max-width: 100%; height: auto; }
+figure.chart { margin: 8px 0 16px; } figure.chart table { margin-bottom: 4px; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 16px; font-size: 12px; color: #1d2430; margin: 4px 0; }
+.legend .key { display: inline-flex; align-items: center; gap: 6px; }
+.legend i.sw { display: inline-block; width: 18px; height: 12px; border: 1px solid #999; }
+.legend i.line { height: 0; border: 0; border-top: 3px solid; width: 22px; }
+.legend i.dash { height: 0; border: 0; border-top: 3px dashed; width: 22px; }
+.legend b.scale { font-weight: 600; margin-right: 4px; }
 """
+
+# The colours the page draws with, each named in a legend where it is used.
+LAG_LINE = "#2b6cb0"
+WARNING = "#d69e2e"
+CRITICAL = "#c53030"
+INFO = "#3182ce"
+INCIDENT_SHADE = "#feb2b2"
+BOX_FACE, BOX_EDGE, BOX_MEDIAN = "#bee3f8", "#2b6cb0", "#1a365d"
+BAD_TEXT = "#b3261e"  # the CSS of tr.bad
+NOT_POLLED = "#f4f4f4"
+SEVERITY_COLOURS = {"critical": CRITICAL, "warning": WARNING, "info": INFO}
+HEAT_SATURATES = 0.2  # a fifth of the time over warning and more: the darkest red
+# The heat table's scale: (upper bound of the share, colour, label). A cell takes the first step its share is
+# under; colours are the old continuous ramp's at each step's middle, so a reader can tell steps apart.
+HEAT_STEPS: tuple[tuple[float, str, str], ...] = (
+    (0.0, "#ffffff", "0 %"),
+    (0.01, "#ffd5ad", "under 1 %"),
+    (0.05, "#ffae86", "1-5 %"),
+    (0.10, "#ff875f", "5-10 %"),
+    (HEAT_SATURATES, "#ff5c34", "10-20 %"),
+    (math.inf, "#ff461e", "20 % and more"),
+)
 
 
 def _fmt_int(v: Any) -> str:
@@ -107,12 +153,37 @@ def _svg(fig: Any) -> str:
 
 
 def _heat(share: float) -> str:
-    """White at 0, amber at a few percent, red at 20% and more of the time over the threshold."""
+    """The heat table's colour for a share of time over warning: the step of HEAT_STEPS it falls in."""
     if share <= 0:
-        return "#ffffff"
-    x = min(1.0, math.sqrt(share / 0.2))
-    red, green, blue = 255, int(240 - 170 * x), int(200 - 170 * x)
-    return f"#{red:02x}{green:02x}{blue:02x}"
+        return HEAT_STEPS[0][1]
+    return next(colour for bound, colour, _ in HEAT_STEPS[1:] if share < bound or bound == math.inf)
+
+
+def _key(colour: str, label: str, kind: str = "sw") -> str:
+    """One legend entry: a swatch drawn in `colour` (a box, a line or a dashed line), and what it means."""
+    style = f"background:{colour}" if kind == "sw" else f"border-top-color:{colour}"
+    return f'<span class="key"><i class="{kind}" style="{style}"></i>{_e(label)}</span>'
+
+
+def _legend(keys: Sequence[str], scale: str = "") -> str:
+    head = f'<b class="scale">{_e(scale)}</b>' if scale else ""
+    return f'<figcaption class="legend">{head}{"".join(keys)}</figcaption>'
+
+
+def _chart(body: str, legend: str, name: str) -> str:
+    """A table or plot whose colours mean something, with its legend."""
+    return f'<figure class="chart" id="{_e(name)}">{body}{legend}</figure>'
+
+
+def _with_bad(table: str, meaning: str, name: str) -> list[str]:
+    """A table whose rows may be red (class bad): with its legend when some are."""
+    if 'class="bad"' not in table:
+        return [table]
+    return [_chart(table, _legend([_key(BAD_TEXT, f"red rows: {meaning}")]), name)]
+
+
+def _severity_keys(severities: Sequence[str] = SEVERITIES) -> list[str]:
+    return [_key(SEVERITY_COLOURS[s], s) for s in severities]
 
 
 def _slo_table(daily: Any, clusters: int) -> str:
@@ -126,7 +197,7 @@ def _slo_table(daily: Any, clusters: int) -> str:
         for d in dates:
             r = cells.get((cluster, group, d))
             if r is None:
-                tds.append('<td style="background:#f4f4f4"></td>')
+                tds.append(f'<td style="background:{NOT_POLLED}"></td>')
                 continue
             title = f"{_fmt_share(r.share_over_critical)} over critical; lag p99 {_fmt_int(r.lag_p99)}"
             tds.append(
@@ -138,7 +209,9 @@ def _slo_table(daily: Any, clusters: int) -> str:
     text = f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
     if len(body) > MAX_TABLE_ROWS:
         text += f'<p class="note">{len(body) - MAX_TABLE_ROWS} more groups in group_daily.parquet.</p>'
-    return text
+    keys = [_key(colour, label) for _, colour, label in HEAT_STEPS] + [_key(NOT_POLLED, "not polled that day")]
+    legend = _legend(keys, f"share of the day's polls over warning (saturates at {HEAT_SATURATES:.0%}):")
+    return _chart(text, legend, "slo")
 
 
 def _lag_over_time(
@@ -173,7 +246,7 @@ def _lag_over_time(
         by_records = by_records and t is not None and (t.warning_offsets, t.critical_offsets) != (None, None)
         seconds = bool(mine["lag_seconds"].notna().any()) and not by_records
         values = mine["lag_seconds"] if seconds else mine["lag"]
-        ax.plot(times, values, color="#2b6cb0", linewidth=1.1)
+        ax.plot(times, values, color=LAG_LINE, linewidth=1.1)
         if values.isna().all():  # offsets never known: say so, on the group's own time axis (not 1970's)
             ax.text(0.5, 0.5, "lag unknown at every poll", transform=ax.transAxes, ha="center", fontsize=8)
             if len(times):
@@ -182,7 +255,7 @@ def _lag_over_time(
             warning = t.warning_seconds if seconds else t.warning_offsets
             critical = t.critical_seconds if seconds else t.critical_offsets
             top = values.max()
-            for level, color in ((warning, "#d69e2e"), (critical, "#c53030")):
+            for level, color in ((warning, WARNING), (critical, CRITICAL)):
                 if level is not None and level <= max(0.0 if top != top else float(top), 1.0) * 1.5:
                     ax.axhline(level, color=color, linewidth=0.9, linestyle="--")
         mine_incidents = incidents[(incidents["cluster"] == cluster) & (incidents["group"] == group)]
@@ -191,12 +264,13 @@ def _lag_over_time(
             ax.axvspan(
                 pd.to_datetime(r.started_at, unit="s", utc=True),
                 pd.to_datetime(end, unit="s", utc=True),
-                color="#feb2b2",
+                color=INCIDENT_SHADE,
                 alpha=0.35,
                 linewidth=0,
             )
         ax.set_title(_name(cluster, group, clusters), fontsize=9, loc="left")
         ax.set_ylabel("lag (s)" if seconds else "lag (records)", fontsize=8)
+        ax.set_xlabel("time (UTC)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(mdates.AutoDateLocator()))  # type: ignore[no-untyped-call]
         ax.set_ylim(bottom=0)
@@ -236,8 +310,8 @@ def _distribution_plot(distribution: Any, chosen: Sequence[tuple[str, str]], clu
                 }
             )
         ax.bxp(stats[::-1], orientation="horizontal", showfliers=True, patch_artist=True,
-               boxprops={"facecolor": "#bee3f8", "edgecolor": "#2b6cb0"},
-               medianprops={"color": "#1a365d"}, flierprops={"marker": "x", "markeredgecolor": "#c53030"})  # fmt: skip
+               boxprops={"facecolor": BOX_FACE, "edgecolor": BOX_EDGE},
+               medianprops={"color": BOX_MEDIAN}, flierprops={"marker": "x", "markeredgecolor": CRITICAL})  # fmt: skip
         ax.set_xlabel(f"{unit}: box p25-p75, line median, whiskers min-p99, x the maximum", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(axis="x", alpha=0.25)
@@ -257,6 +331,235 @@ def _quietly(plot: Any, *args: Any) -> str:
         return str(plot(*args))
 
 
+@dataclass(frozen=True)
+class AlertingView:
+    """The daemon's alerting over the range (lagwatch.pipeline.alerting), as the page shows it."""
+
+    summary: Alerting
+    alerts: Sequence[FiredAlert]  # every incident of the range: the time line and the near misses' warnings
+    ranges: Mapping[str, tuple[float, float]]  # per cluster, the first and last poll
+    team_label: str
+    notifications: Sequence[NotificationDay] = ()  # the `recorded` replay's, when a backtest was given
+    notifications_from: str | None = None  # where they come from, said on the page
+
+
+@dataclass(frozen=True)
+class BacktestView:
+    """A backtest's comparison (its `_comparison/` and `_incidents/`) and its replay's notifications."""
+
+    path: str
+    totals: Sequence[CandidateTotals]
+    rules: Mapping[str, Sequence[RuleComparison]]
+    notifications: Sequence[NotificationDay] = field(default_factory=tuple)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f}"
+
+
+def _alerts_per_day_plot(view: AlertingView) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    days = view.summary.days
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.55 * len(days) + 2), 2.6))
+    x = list(range(len(days)))
+    bottom = [0] * len(days)
+    for severity in reversed(SEVERITIES):  # critical on top, where the eye lands
+        heights = [d.fired.get(severity, 0) for d in days]
+        ax.bar(x, heights, bottom=bottom, color=SEVERITY_COLOURS[severity], width=0.7, linewidth=0)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xticks(x, [d.day[5:] for d in days])
+    ax.set_xlabel("day (UTC)", fontsize=8)
+    ax.set_ylabel("alerts fired", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(axis="y", alpha=0.25)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _time_line_plot(view: AlertingView, clusters: int) -> str:
+    """Each of the noisiest groups' alerts as a bar from firing to resolution, coloured by severity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    noisy = view.summary.noisiest
+    fig, ax = plt.subplots(figsize=(11.5, 0.36 * len(noisy) + 1.3))
+    from lagwatch.pipeline.alerting import firing_span
+
+    rows = {(g.cluster, g.group): n for n, g in enumerate(reversed(noisy))}
+    for x in view.alerts:
+        row = rows.get((x.incident.cluster, x.incident.group or ""))
+        if row is None:
+            continue
+        start, end = firing_span(x.incident, view.ranges)
+        ax.broken_barh(
+            [(mdates.date2num(datetime.fromtimestamp(start, UTC)), max(end - start, 1.0) / 86400)],  # type: ignore[no-untyped-call]
+            (row - 0.38, 0.76),
+            facecolors=SEVERITY_COLOURS[severity_of(x.incident)],
+            linewidth=0,
+        )
+    ax.set_yticks(list(rows.values()), [_name(c, g, clusters) for c, g in rows])
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    first = min(a for a, _ in view.ranges.values())
+    last = max(b for _, b in view.ranges.values())
+    ax.set_xlim(datetime.fromtimestamp(first, UTC), datetime.fromtimestamp(max(last, first + 60), UTC))  # type: ignore[arg-type]
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(mdates.AutoDateLocator()))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("time (UTC)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(axis="x", alpha=0.25)
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _tally_rows(tallies: Sequence[Any]) -> list[list[str]]:
+    return [
+        [_e(t.name), f"{t.alerts:,}", f"{t.pages:,}", _hours(t.firing_s), _fmt_duration(t.median_s),
+         _fmt_duration(t.longest_s), f"{t.groups:,}"]
+        for t in tallies
+    ]  # fmt: skip
+
+
+def _alerting_sections(view: AlertingView, clusters: int) -> list[str]:
+    a = view.summary
+    parts = [
+        '<h2 id="alerting">Alerting: what the daemon raised</h2>',
+        '<p class="note">From the alert transitions the daemon recorded in the lake. An alert is one incident, from '
+        "firing to resolution; a page is an alert that reached critical. Time firing is summed over alerts "
+        "(alert-hours: two alerts of one group firing at once count twice), up to the range's last poll for "
+        "those still firing.</p>",
+    ]
+    if a.empty:
+        return [*parts, '<p class="note">The daemon raised no alert in this range.</p>']
+    parts.append('<h2 id="alerts-per-day">Alerts, pages and notifications per day</h2>')
+    parts.append(
+        _chart(
+            _quietly(_alerts_per_day_plot, view),
+            _legend(_severity_keys(), "alerts fired that day, by the highest severity reached:"),
+            "alerts-per-day-chart",
+        )
+    )
+    notes: dict[str, NotificationDay] = {n.day: n for n in view.notifications}
+    kinds = sorted({k for n in view.notifications for k in n.kinds})
+    head = ["day", "alerts", *SEVERITIES, "pages", "alert-hours firing"]
+    head += [f"notifications: {k}" for k in kinds] + (["notifications"] if kinds else [])
+    rows = []
+    for d in a.days:
+        n = notes.get(d.day)
+        row = [_e(d.day), f"{d.alerts:,}", *(f"{d.fired.get(s, 0):,}" for s in SEVERITIES), f"{d.pages:,}"]
+        row.append(_hours(d.firing_s))
+        row += [f"{n.kinds.get(k, 0) if n else 0:,}" for k in kinds] + ([f"{n.total if n else 0:,}"] if kinds else [])
+        rows.append(row)
+    parts.append(_table(head, rows))
+    if view.notifications_from:
+        parts.append(f'<p class="note">Notifications: {_e(view.notifications_from)}.</p>')
+    else:
+        parts.append(
+            '<p class="note">Notifications are not in the lake (it records alert transitions, not deliveries): '
+            "give <code>--backtest</code> a backtest's output that replayed <code>recorded</code> to count them as "
+            "the daemon's configuration sends them.</p>"
+        )
+    parts.append('<h2 id="alerts-per-rule">Alerts per rule</h2>')
+    head = ["rule", "alerts", "pages", "alert-hours firing", "median firing", "longest", "groups"]
+    parts.append(_table(head, _tally_rows(a.rules)))
+    label = view.team_label
+    parts.append(f'<h2 id="alerts-per-team">Alerts per team (routing label <code>{_e(label)}</code>)</h2>')
+    parts.append(
+        f'<p class="note">The value of the alert\'s <code>{_e(label)}</code> label, which rule overrides add for '
+        f"routing; {_e(NO_TEAM)}: alerts without it.</p>"
+    )
+    parts.append(_table([label, *head[1:]], _tally_rows(a.teams)))
+    parts.append('<h2 id="noisiest-groups">Noisiest groups</h2>')
+    parts.append(
+        _table(
+            ["group", label, "alerts", "pages", "alert-hours firing", "rules"],
+            [
+                [
+                    _e(_name(g.cluster, g.group, clusters)),
+                    _e(g.team or ""),
+                    f"{g.alerts:,}",
+                    f"{g.pages:,}",
+                    _hours(g.firing_s),
+                    _e(", ".join(g.rules)),
+                ]
+                for g in a.noisiest
+            ],
+        )
+    )
+    parts.append('<h2 id="time-firing">Time firing: the noisiest groups\' alerts</h2>')
+    parts.append(
+        _chart(
+            _quietly(_time_line_plot, view, clusters),
+            _legend(_severity_keys(), "one bar per alert, firing to resolution, by the highest severity reached:"),
+            "time-firing-chart",
+        )
+    )
+    return parts
+
+
+def _backtest_section(view: BacktestView) -> list[str]:
+    parts = [
+        '<h2 id="backtest">Backtest: candidates beside what the daemon raised</h2>',
+        f'<p class="note">From the backtest at {_e(view.path)} (its own range). Ranked by pages, then pages lost, then '
+        "alerts; the daemon's figures in brackets. Merged: the daemon's alerts one replayed alert carries with "
+        "another; split: replayed alerts that are a further piece of one of the daemon's.</p>",
+    ]
+    head = ["rank", "config", "pages", "pages +", "pages -", "alerts", "alerts +", "alerts -", "merged", "split",
+            "earlier", "later", "median shift"]  # fmt: skip
+    parts.append(
+        _table(
+            head,
+            [
+                [
+                    str(n),
+                    _e(t.config),
+                    f"{t.pages_replayed:,} ({t.pages_recorded:,})",
+                    f"{t.pages_gained:,}",
+                    f"{t.pages_lost:,}",
+                    f"{t.alerts_replayed:,} ({t.alerts_recorded:,})",
+                    f"{t.alerts_gained:,}",
+                    f"{t.alerts_lost:,}",
+                    f"{t.merged:,}",
+                    f"{t.split:,}",
+                    f"{t.earlier:,}",
+                    f"{t.later:,}",
+                    "" if t.median_shift_s is None else f"{t.median_shift_s:+.1f} s",
+                ]
+                for n, t in enumerate(ranked(view.totals), 1)
+            ],
+            left=2,
+        )
+    )
+    for config, rows in view.rules.items():
+        parts.append(f"<h3>{_e(config)}: per rule and the highest severity reached</h3>")
+        parts.append(
+            _table(
+                ["rule", "severity", "daemon", "replay", "gained", "lost", "merged", "split", "other sev", "pages +",
+                 "pages -", "earlier", "median", "worst", "later", "median", "worst"],
+                [
+                    [_e(r.rule), _e(r.severity), str(r.recorded), str(r.replayed), str(r.gained), str(r.lost),
+                     str(r.merged), str(r.split), str(r.other_severity), str(r.pages_gained), str(r.pages_lost),
+                     str(r.earlier), _fmt_duration(r.earlier_median_s), _fmt_duration(r.earlier_worst_s),
+                     str(r.later), _fmt_duration(r.later_median_s), _fmt_duration(r.later_worst_s)]
+                    for r in rows
+                ],
+                left=2,
+            )
+        )  # fmt: skip
+    if view.notifications:
+        configs = sorted({n.config for n in view.notifications})
+        by = {(n.config, n.day): n.total for n in view.notifications}
+        days = sorted({n.day for n in view.notifications})
+        parts.append("<h3>Notifications per day, per config (every kind: firing, update, repeat, resolved)</h3>")
+        parts.append(_table(["day", *configs], [[_e(d), *(f"{by.get((c, d), 0):,}" for c in configs)] for d in days]))
+    return parts
+
+
 def render(
     daily: Any,
     worst: Any,
@@ -268,6 +571,8 @@ def render(
     rules_of: Mapping[str, Mapping[str, Any] | None],
     expiry_margin_s: float,
     title: str,
+    alerting: AlertingView | None = None,
+    backtest: BacktestView | None = None,
 ) -> str:
     clusters = int(daily["cluster"].nunique()) if len(daily) else 1
     groups = daily.groupby(["cluster", "group"]).ngroups if len(daily) else 0
@@ -280,6 +585,12 @@ def render(
         (f"{len(incidents):,}", "incidents"),
         (f"{len(near_misses):,}", "expiry near misses"),
     ]
+    if alerting is not None:
+        cards += [
+            (f"{alerting.summary.alerts:,}", "alerts raised"),
+            (f"{alerting.summary.pages:,}", "pages"),
+            (_hours(alerting.summary.firing_s), "alert-hours firing"),
+        ]
     parts = [
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>",
         f"<style>{STYLE}</style></head><body>",
@@ -293,23 +604,45 @@ def render(
         "rule's warning threshold (hover a cell for the share over critical).</p>",
         _slo_table(daily, clusters) if len(daily) else '<p class="note">No group was polled in this range.</p>',
     ]
+    if alerting is not None:
+        parts += _alerting_sections(alerting, clusters)
     if chosen and series is not None:
+        lag_keys = [
+            _key(LAG_LINE, "lag (seconds, or records where the rule judges records only)", "line"),
+            _key(WARNING, "warning threshold", "dash"),
+            _key(CRITICAL, "critical threshold", "dash"),
+            _key(INCIDENT_SHADE, "incident: polls over warning"),
+        ]
         parts += [
-            "<h2>Lag over time</h2>",
+            '<h2 id="lag-over-time">Lag over time</h2>',
             f'<p class="note">The {len(chosen)} groups with the most time over warning. Lag seconds when lagwatch '
-            "could measure them, unless the lag rule has thresholds in records only; else records; dashed lines: warning (amber) and critical (red) thresholds; shaded: "
-            "incidents.</p>",
-            _quietly(_lag_over_time, series, chosen, incidents, rules_of, clusters),
+            "could measure them, unless the lag rule has thresholds in records only; else records.</p>",
+            _chart(
+                _quietly(_lag_over_time, series, chosen, incidents, rules_of, clusters),
+                _legend(lag_keys),
+                "lag-over-time-chart",
+            ),
         ]
     if chosen and distribution is not None:
-        parts += ["<h2>Distribution per group</h2>", _quietly(_distribution_plot, distribution, chosen, clusters)]
-    parts.append("<h2>Incidents and catch-up</h2>")
+        box_keys = [
+            f'<span class="key"><i class="sw" style="background:{BOX_FACE};border-color:{BOX_EDGE}"></i>'
+            "p25-p75 (whiskers: min-p99)</span>",
+            _key(BOX_MEDIAN, "median", "line"),
+            _key(CRITICAL, "x: the maximum, beyond p99", "line"),
+        ]
+        parts += [
+            '<h2 id="distribution">Distribution per group</h2>',
+            _chart(
+                _quietly(_distribution_plot, distribution, chosen, clusters), _legend(box_keys), "distribution-chart"
+            ),
+        ]
+    parts.append('<h2 id="incidents">Incidents and catch-up</h2>')
     parts.append(
         '<p class="note">A run of polls over the warning threshold; catch-up: from the peak to the first poll back '
         "under it.</p>"
     )
     ordered = incidents.sort_values(["ongoing", "duration_s"], ascending=False) if len(incidents) else incidents
-    parts.append(
+    parts += _with_bad(
         _table(
             ["group", "started", "peak lag", "peak lag (s)", "peak at", "ended", "lasted", "catch-up", "critical"],
             [
@@ -327,17 +660,33 @@ def render(
                 for r in ordered.itertuples()
             ],
             bad=[bool(r.critical) for r in ordered.itertuples()],
-        )
+        ),
+        "reached the critical threshold",
+        "incidents-table",
     )
-    parts.append(f"<h2>Offset expiry near misses (within {_fmt_duration(expiry_margin_s)})</h2>")
+    parts.append(
+        f'<h2 id="expiry-near-misses">Offset expiry near misses (within {_fmt_duration(expiry_margin_s)})</h2>'
+    )
     parts.append(
         '<p class="note">Groups whose committed offsets came this close to being deleted under the brokers\' '
-        "offsets.retention.minutes.</p>"
+        "offsets.retention.minutes. Warned: when the daemon's <code>expiry</code> (or <code>expired</code>) alert "
+        "for the group fired, if it fired that day.</p>"
     )
     nm = near_misses.sort_values("min_time_to_expiry_s") if len(near_misses) else near_misses
-    parts.append(
+    fired = alerting.alerts if alerting is not None else ()
+
+    def warned(r: Any) -> str:
+        if alerting is None:
+            return "(alerts not read)"
+        at = expiry_warned_at(fired, r.cluster, r.group, r.date)
+        if at is None:
+            return "no"
+        ahead = float(r.expires_at) - at if r.expires_at == r.expires_at and r.expires_at is not None else None
+        return _fmt_time(at) + (f" ({_fmt_duration(ahead)} before)" if ahead is not None and ahead > 0 else "")
+
+    parts += _with_bad(
         _table(
-            ["group", "day", "closest", "at", "would have expired at"],
+            ["group", "day", "closest", "at", "would have expired at", "warned"],
             [
                 [
                     _e(_name(r.cluster, r.group, clusters)),
@@ -345,13 +694,18 @@ def render(
                     _fmt_duration(r.min_time_to_expiry_s),
                     _fmt_time(r.nearest_at),
                     _fmt_time(r.expires_at),
+                    _e(warned(r)),
                 ]
                 for r in nm.itertuples()
             ],
             bad=[r.min_time_to_expiry_s <= 0 for r in nm.itertuples()],
-        )
+        ),
+        "the expiry time passed while lagwatch watched (the offsets may be gone)",
+        "expiry-table",
     )
-    parts.append("<h2>Worst partitions</h2>")
+    if backtest is not None:
+        parts += _backtest_section(backtest)
+    parts.append('<h2 id="worst-partitions">Worst partitions</h2>')
     top = worst.sort_values("lag_max", ascending=False).head(MAX_TABLE_ROWS) if len(worst) else worst
     parts.append(
         _table(
@@ -371,7 +725,7 @@ def render(
             left=3,
         )
     )
-    parts.append("<h2>Per group and day</h2>")
+    parts.append('<h2 id="per-group-and-day">Per group and day</h2>')
     parts.append(
         _table(
             [
