@@ -559,6 +559,7 @@ class BacktestResult:
     comparisons: list[Comparison]
     before_range: list[Incident]  # the daemon's incidents that fired before the replayed range (not compared)
     overlays: list[str]  # per candidate file, what it changes in the recorded configuration
+    open_note: str | None = None  # how the severity of the daemon's alerts cut by the range's end was taken
 
 
 def run_backtest(
@@ -634,16 +635,40 @@ def backtest(
     compared_at = time.monotonic()
     ranges = {str(r["cluster"]): (float(r["first"]), float(r["last"])) for r in counts}
     recorded = recorded_incidents(_recorded_transitions(spark, lake_path, since, until), ranges)
-    comparisons = [_compare(c, pdf, recorded.compared, ranges, params) for c in candidates]
+    daemon, open_note = _settled(recorded.compared, pdf, candidates)
+    comparisons = [_compare(c, pdf, daemon, ranges, params) for c in candidates]
     _write_comparison(spark, output, comparisons)
     _say(
         f"compared with the {len(recorded.compared)} alert(s) the daemon raised in the range, in "
         f"{time.monotonic() - compared_at:.1f} s"
     )
-    backtest_result = BacktestResult(pdf, comparisons, recorded.before_range, overlays)
+    backtest_result = BacktestResult(pdf, comparisons, recorded.before_range, overlays, open_note)
     print(summary(pdf, names))
     print(comparison_text(backtest_result))
     return backtest_result
+
+
+def _settled(daemon: list[Incident], pdf: Any, candidates: Sequence[Candidate]) -> tuple[list[Incident], str | None]:
+    """The daemon's incidents, those still firing at the range's end with the severity they reached in it taken
+    from the `recorded` replay when it ran (the lake records no escalation before a resolution); a line saying
+    what was done, or what could not be."""
+    from lagwatch.pipeline.whatif import settle_open
+
+    cut = sum(1 for i in daemon if not i.severity_final)
+    if not cut:
+        return daemon, None
+    if not any(c.recorded for c in candidates):
+        return daemon, (
+            f"{cut} of the daemon's alerts were still firing at the range's end: the lake records their severity at "
+            "firing, not an escalation after it, so a page may show as gained where the daemon paged too; add "
+            "--config recorded to take it from the replay of the daemon's configuration"
+        )
+    settled, n = settle_open(daemon, replayed_incidents(pdf, RECORDED))
+    return settled, (
+        f"{cut} of the daemon's alerts were still firing at the range's end: {n} took the highest severity they "
+        "reached in it from the replay of the recorded configuration (the lake records no escalation before a "
+        f"resolution){'' if n == cut else f'; {cut - n} the replay did not raise alike keep their severity at firing'}"
+    )
 
 
 def _recorded_transitions(spark: Any, lake: str, since: float | None, until: float | None) -> list[RecordedTransition]:
@@ -792,6 +817,8 @@ def comparison_text(result: BacktestResult) -> str:
     lines = ["", "== beside what the daemon raised (incidents per rule and the highest severity reached; a page is "
              "an incident that reached critical) =="]  # fmt: skip
     lines += [f"\n{line}" for line in result.overlays]
+    if result.open_note:
+        lines.append(f"\n{result.open_note}")
     if result.before_range:
         lines.append(
             f"\n{len(result.before_range)} alert(s) the daemon raised before the range's first poll are not compared"

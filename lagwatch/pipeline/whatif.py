@@ -137,6 +137,9 @@ class Incident(NamedTuple):
     fired_at: float
     resolved_at: float | None  # None: still firing at the end of the range
     key: str
+    # False: the daemon's, still firing at the range's end: its severity is the one at firing, as the lake records
+    # no escalation before the resolution (see `settle_open`)
+    severity_final: bool = True
 
     @property
     def pages(self) -> bool:
@@ -192,11 +195,37 @@ def recorded_incidents(
         if resolved is not None and resolved.at <= last:
             resolved_at = resolved.resolved_at if resolved.resolved_at is not None else resolved.at
         head = rows[0]
-        severity = max((r.severity for r in rows), key=lambda s: _RANK.get(s, -1))
-        incident = Incident(cluster, head.group, head.topic, head.rule, severity, fired_at, resolved_at, key)
+        seen = [r for r in rows if r.at <= last]
+        severity = max((r.severity for r in seen or rows), key=lambda s: _RANK.get(s, -1))
+        incident = Incident(
+            cluster, head.group, head.topic, head.rule, severity, fired_at, resolved_at, key, resolved_at is not None
+        )
         (before if fired_at < first else compared).append(incident)
     key_of = _order
     return RecordedIncidents(sorted(compared, key=key_of), sorted(before, key=key_of))
+
+
+def settle_open(recorded: Sequence[Incident], reference: Iterable[Incident]) -> tuple[list[Incident], int]:
+    """The daemon's incidents still firing at the range's end, with the highest severity they reached in it taken
+    from `reference`, the replay of the recorded configuration (which raises what the daemon raised): the lake
+    records an alert's firing and its resolution, not its escalation, so one cut by the range's end would count
+    as a warning the replay "escalated" to a page. Returns the incidents and how many took a severity so."""
+    by_identity: dict[tuple[str, str | None, str | None, str], list[Incident]] = {}
+    for r in reference:
+        by_identity.setdefault(r.identity(), []).append(r)
+    out, settled = [], 0
+    for d in recorded:
+        twin = None
+        if not d.severity_final:
+            twin = next(
+                (r for r in by_identity.get(d.identity(), []) if abs(r.fired_at - d.fired_at) <= SAME_TIME_S), None
+            )
+        if twin is None:
+            out.append(d)
+            continue
+        out.append(d._replace(severity=twin.severity, severity_final=True))
+        settled += 1
+    return out, settled
 
 
 def _order(i: Incident) -> tuple[Any, ...]:
