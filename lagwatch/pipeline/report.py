@@ -58,7 +58,6 @@ DEFAULT_EXPIRY_MARGIN_H = 48.0  # Kafka's default retention (7 days) less the ex
 DEFAULT_WORST = 5
 DEFAULT_PLOTTED_GROUPS = 12
 DEFAULT_TEAM_LABEL = "team"  # the routing label the docs' overrides use (rules.md)
-RECORDED = "recorded"  # the backtest's name for the configuration the daemon ran with
 MAX_LAST_DAYS = 36500
 SERIES_POINTS = 600  # per plotted group: enough for a line that reads well, small enough to inline as SVG
 
@@ -501,6 +500,8 @@ def _report_on_spark(
     backtest_view = None
     if options.backtest is not None:
         _say(f"[{len(sort) + 2}/{steps}] the backtest at {options.backtest}")
+        from lagwatch.pipeline.backtest import RECORDED
+
         backtest_view, notifications = _backtest_view(spark, options.backtest)
         recorded = [n for n in notifications if n.config == RECORDED]
         if recorded:

@@ -26,6 +26,7 @@ from lagwatch.pipeline.alerting import (
     Alerting,
     FiredAlert,
     NotificationDay,
+    Tally,
     expiry_warned_at,
     severity_of,
 )
@@ -417,7 +418,7 @@ def _time_line_plot(view: AlertingView, clusters: int) -> str:
     return _svg(fig)
 
 
-def _tally_rows(tallies: Sequence[Any]) -> list[list[str]]:
+def _tally_rows(tallies: Sequence[Tally]) -> list[list[str]]:
     return [
         [_e(t.name), f"{t.alerts:,}", f"{t.pages:,}", _hours(t.firing_s), _fmt_duration(t.median_s),
          _fmt_duration(t.longest_s), f"{t.groups:,}"]
