@@ -314,7 +314,7 @@ def test_report_html_renders_in_headless_chromium(report: Any, tmp_path: Path) -
     ).stdout  # fmt: skip
     body = dom[dom.index("</style>") :]  # the page's CSS names its own chrome's colours: not data
     (bad,) = re.findall(r"tr\.bad td \{ color: (#[0-9a-f]{6}); \}", dom)  # red rows: a colour that means something
-    for section in ("alerting", "alerts-per-day", "alerts-per-rule", "alerts-per-team", "noisiest-groups",
+    for section in ("slo", "alerting", "alerts-per-day", "alerts-per-rule", "alerts-per-team", "noisiest-groups",
                     "time-firing", "expiry-near-misses", "backtest", "lag-over-time", "incidents"):  # fmt: skip
         assert f'<h2 id="{section}">' in body, section
     for name in ("laggy", "steady", "idle", "payments", "(no team label)", "lag5k", "recorded"):
@@ -323,7 +323,9 @@ def test_report_html_renders_in_headless_chromium(report: Any, tmp_path: Path) -
     # Every colour is inside a figure whose legend has a swatch of it; nothing coloured is outside one.
     figures = re.findall(r'<figure class="chart" id="([^"]+)">(.*?)</figure>', body, flags=re.S)
     ids = [name for name, _ in figures]
-    assert {"slo", "alerts-per-day-chart", "time-firing-chart", "lag-over-time-chart", "distribution-chart",
+    anchors = re.findall(r'<(?:h2|figure class="chart") id="([^"]+)"', body)
+    assert len(anchors) == len(set(anchors))  # the page's own ids (sections, figures) are unique
+    assert {"slo-chart", "alerts-per-day-chart", "time-firing-chart", "lag-over-time-chart", "distribution-chart",
             "incidents-table"} <= set(ids), ids  # fmt: skip
     legend_colours: set[str] = set()
     for name, inner in figures:
@@ -336,7 +338,7 @@ def test_report_html_renders_in_headless_chromium(report: Any, tmp_path: Path) -
     outside = re.sub(r'<figure class="chart".*?</figure>', "", body, flags=re.S)
     assert _colours(outside) == set() and 'class="bad"' not in outside
     # The heat table's scale, in steps up to its saturation at 20 %, each step in the legend; the time axes say so.
-    slo = dict(figures)["slo"]
+    slo = dict(figures)["slo-chart"]
     assert "saturates at 20%" in slo and "20 % and more" in slo and "not polled that day" in slo
     for name, axis in (("lag-over-time-chart", "time (UTC)"), ("time-firing-chart", "time (UTC)"),
                        ("alerts-per-day-chart", "day (UTC)")):  # fmt: skip

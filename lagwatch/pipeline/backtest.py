@@ -680,8 +680,10 @@ def alert_rows(spark: Any, lake: str, since: float | None, until: float | None) 
     """The lake's `alerts` rows in the range, collected (none: a lake without the dataset)."""
     from lagwatch.pipeline.lake_read import read_alerts
 
-    try:
-        return list(read_alerts(spark, lake, since, until).collect())
+    columns = ("cluster", "at", "transition", "key", "rule", "severity", "group", "labels_json", "fired_at",
+               "resolved_at")  # fmt: skip
+    try:  # not the summaries and details: a week of alerts brought whole to the driver
+        return list(read_alerts(spark, lake, since, until).select(*columns).collect())
     except Exception as e:  # no alerts dataset: the daemon never raised one (or the lake was written by hand)
         if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
             return []

@@ -212,7 +212,7 @@ def _slo_table(daily: Any, clusters: int) -> str:
         text += f'<p class="note">{len(body) - MAX_TABLE_ROWS} more groups in group_daily.parquet.</p>'
     keys = [_key(colour, label) for _, colour, label in HEAT_STEPS] + [_key(NOT_POLLED, "not polled that day")]
     legend = _legend(keys, f"share of the day's polls over warning (saturates at {HEAT_SATURATES:.0%}):")
-    return _chart(text, legend, "slo")
+    return _chart(text, legend, "slo-chart")
 
 
 def _lag_over_time(
@@ -600,13 +600,16 @@ def render(
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}. Times are UTC.</p>",
         '<div class="cards">' + "".join(f"<div class=card><b>{v}</b><span>{_e(k)}</span></div>" for v, k in cards),
         "</div>",
-        "<h2>Share of time over the warning threshold (SLO), per group and day</h2>",
+    ]
+    # What paged comes first: with a thousand groups, the heat table below runs to 200 rows.
+    if alerting is not None:
+        parts += _alerting_sections(alerting, clusters)
+    parts += [
+        '<h2 id="slo">Share of time over the warning threshold (SLO), per group and day</h2>',
         '<p class="note">Share of polls at which any topic of the group had lag or lag seconds at or over the lag '
         "rule's warning threshold (hover a cell for the share over critical).</p>",
         _slo_table(daily, clusters) if len(daily) else '<p class="note">No group was polled in this range.</p>',
     ]
-    if alerting is not None:
-        parts += _alerting_sections(alerting, clusters)
     if chosen and series is not None:
         lag_keys = [
             _key(LAG_LINE, "lag (seconds, or records where the rule judges records only)", "line"),
