@@ -271,6 +271,9 @@ def test_the_report_counts_the_daemons_alerts_pages_and_time_firing(lake: Path, 
     assert teams["(no team label)"][0] == len(want) - len(payments)
     noisiest = a.noisiest[0]
     assert noisiest.group == "steady" and noisiest.alerts == int((want.group == "steady").sum())
+    from lagwatch.pipeline.report import summary
+
+    assert f"the daemon's alerts: {len(want)}, pages {int(want.pages.sum())}, " in summary(report)
     # The idle group's near miss: the daemon's expiry warning is said beside it.
     (warning,) = want[want.rule == "expiry"].fired_at
     page = Path(report.html_path).read_text()
@@ -577,3 +580,29 @@ def test_the_report_judges_each_poll_by_the_thresholds_then_in_force(tmp_path: P
     assert row.polls == 20 and row.share_over_warning == 0.5
     (incident,) = report.incidents.itertuples()
     assert incident.started_at == T0 and incident.ended_at == T0 + 10 * POLL_S + 1
+
+
+@pytest.mark.spark
+def test_a_backtest_comparison_of_a_newer_schema_is_one_line(backtest_out: Path, tmp_path: Path, spark: Any) -> None:
+    """The report reads a backtest's `_comparison/` by its declared schema: version 1 (no merged or split) reads as
+    0 of each; a version newer than this lagwatch knows is refused in one line, not misread."""
+    import pyarrow.parquet as pq
+
+    from lagwatch.pipeline.report import ReportError, _backtest_view
+
+    copy = tmp_path / "bt"
+    shutil.copytree(backtest_out, copy)
+    view, _ = _backtest_view(spark, str(copy))
+    assert {t.config for t in view.totals} == {"recorded", "lag5k"}
+    for crc in (copy / "_comparison").glob(".*.crc"):  # Spark's checksums of the files rewritten below
+        crc.unlink()
+    (part,) = (copy / "_comparison").glob("*.parquet")
+    table = pq.read_table(part)
+    old = table.drop_columns(["schema_version", "merged", "split"])
+    pq.write_table(old, part)
+    view, _ = _backtest_view(spark, str(copy))
+    assert all(r.merged == 0 and r.split == 0 for rows in view.rules.values() for r in rows)
+    newer = table.set_column(0, "schema_version", pa.array([3] * table.num_rows, pa.int16()))
+    pq.write_table(newer, part)
+    with pytest.raises(ReportError, match=r"^--backtest .*: its comparison is schema version 3, newer than"):
+        _backtest_view(spark, str(copy))

@@ -763,18 +763,18 @@ def _compare(
     )
 
 
-def _ddl(fields: Sequence[tuple[str, str]]) -> str:
+def ddl(fields: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"`{name}` {kind}" for name, kind in fields)
 
 
 # The comparison's Parquet (`_comparison/`, `_incidents/`) carries this in each row. 2: merged and split (counts,
 # and incident outcomes); 1 (no schema_version column): before them.
 COMPARISON_SCHEMA_VERSION = 2
-_COMPARISON_FIELDS = [
+COMPARISON_FIELDS = [
     ("schema_version", "smallint"), ("config", "string"), ("rule", "string"), ("severity", "string"),
     *[(name, "double" if name.endswith("_s") else "long") for name in RuleComparison._fields[2:]],
 ]  # fmt: skip
-_INCIDENT_FIELDS = [
+INCIDENT_FIELDS = [
     ("schema_version", "smallint"), ("config", "string"), ("outcome", "string"), ("cluster", "string"), ("group", "string"), ("topic", "string"),
     ("rule", "string"), ("recorded_severity", "string"), ("replayed_severity", "string"),
     ("recorded_fired_at", "double"), ("replayed_fired_at", "double"), ("shift_s", "double"),
@@ -802,8 +802,8 @@ def _write_comparison(spark: Any, output: str, comparisons: Sequence[Comparison]
                     a.resolved_at if a else None, b.resolved_at if b else None, reasons.get(id(m)),
                 )
             )  # fmt: skip
-    for name, fields, rows in (("_comparison", _COMPARISON_FIELDS, rules), ("_incidents", _INCIDENT_FIELDS, incidents)):
-        frame = spark.createDataFrame(rows, schema=_ddl(fields))
+    for name, fields, rows in (("_comparison", COMPARISON_FIELDS, rules), ("_incidents", INCIDENT_FIELDS, incidents)):
+        frame = spark.createDataFrame(rows, schema=ddl(fields))
         frame.coalesce(1).write.mode("overwrite").parquet(f"{output.rstrip('/')}/{name}")
 
 

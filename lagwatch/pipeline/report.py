@@ -589,17 +589,31 @@ def _labels(text: str | None) -> dict[str, Any]:
 def _backtest_view(spark: Any, path: str) -> tuple[BacktestView, list[NotificationDay]]:
     """A backtest's comparison (per config: totals and per rule) and its replay's notifications per day."""
     from lagwatch.pipeline.alerting import notifications_per_day
-    from lagwatch.pipeline.backtest import _COMPARISON_FIELDS, _INCIDENT_FIELDS, OUTPUT_COLUMNS, _ddl
+    from lagwatch.pipeline.backtest import (
+        COMPARISON_FIELDS,
+        COMPARISON_SCHEMA_VERSION,
+        INCIDENT_FIELDS,
+        OUTPUT_COLUMNS,
+        ddl,
+    )
     from lagwatch.pipeline.report_html import BacktestView
     from lagwatch.pipeline.whatif import RuleComparison
 
     base = path.rstrip("/")
-    comparison = spark.read.schema(_ddl(_COMPARISON_FIELDS)).parquet(f"{base}/_comparison").collect()
-    incidents = spark.read.schema(_ddl(_INCIDENT_FIELDS)).parquet(f"{base}/_incidents")
+    comparison = spark.read.schema(ddl(COMPARISON_FIELDS)).parquet(f"{base}/_comparison").collect()
+    incidents = spark.read.schema(ddl(INCIDENT_FIELDS)).parquet(f"{base}/_incidents")
     shifted: dict[str, list[float]] = {}
     for r in incidents.where("shift_s is not null").select("config", "shift_s").collect():
         shifted.setdefault(str(r["config"]), []).append(float(r["shift_s"]))
     shifts = {config: statistics.median(values) for config, values in shifted.items()}
+    newer = {int(r["schema_version"]) for r in comparison if r["schema_version"] is not None} - set(
+        range(1, COMPARISON_SCHEMA_VERSION + 1)
+    )
+    if newer:
+        raise ReportError(
+            f"--backtest {path}: its comparison is schema version {max(newer)}, newer than this lagwatch reads "
+            f"({COMPARISON_SCHEMA_VERSION}): report with the lagwatch that ran the backtest"
+        )
     fields = RuleComparison._fields
     by_config: dict[str, list[RuleComparison]] = {}
     for r in comparison:
@@ -684,6 +698,11 @@ def summary(report: Report) -> str:
                 f"{r.share_over_critical:.1%} over critical, lag p99 {r.lag_p99:.0f}"
             )
     lines.append(f"expiry near misses: {len(report.expiry_near_misses)}")
+    if report.alerting is not None:
+        a = report.alerting.summary
+        lines.append(f"the daemon's alerts: {a.alerts}, pages {a.pages}, {a.firing_s / 3600:,.1f} alert-hours firing")
+        for t in a.rules[:5]:
+            lines.append(f"  {t.name}: {t.alerts} alerts, {t.pages} pages, {t.firing_s / 3600:,.1f} h firing")
     lines.append(f"html: {report.html_path}")
     return "\n".join(lines)
 
