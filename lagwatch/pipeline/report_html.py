@@ -448,7 +448,8 @@ def _alerting_sections(view: AlertingView, clusters: int) -> list[str]:
     notes: dict[str, NotificationDay] = {n.day: n for n in view.notifications}
     kinds = sorted({k for n in view.notifications for k in n.kinds})
     head = ["day", "alerts", *SEVERITIES, "pages", "alert-hours firing"]
-    head += [f"notifications: {k}" for k in kinds] + (["notifications"] if kinds else [])
+    # "sent": notifications, by kind and in all (the table fits the page: "notifications: resolved" did not)
+    head += [f"sent: {k}" for k in kinds] + (["sent"] if kinds else [])
     rows = []
     for d in a.days:
         n = notes.get(d.day)
@@ -458,7 +459,7 @@ def _alerting_sections(view: AlertingView, clusters: int) -> list[str]:
         rows.append(row)
     parts.append(_table(head, rows))
     if view.notifications_from:
-        parts.append(f'<p class="note">Notifications: {_e(view.notifications_from)}.</p>')
+        parts.append(f'<p class="note">Notifications sent (by kind, and in all): {_e(view.notifications_from)}.</p>')
     else:
         parts.append(
             '<p class="note">Notifications are not in the lake (it records alert transitions, not deliveries): '
