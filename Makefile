@@ -69,6 +69,13 @@ lint: docs
 # broker scenarios (an outage, offsets expiring), so two run at once. 15 min in one process, 9 in two (2 cores).
 # Each worker starts its own broker; PYTEST_WORKERS= runs everything in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
+# The demo for ten minutes, as a person runs it (`lagwatch run`): it pages only for what is wrong. Minutes of wall
+# time, so not in `make test`; CI runs it after (.ci/run).
+.PHONY: test-long
+test-long: system-deps $(VENV)/.installed
+	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
+	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py
+
 test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	$(VENV)/bin/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
