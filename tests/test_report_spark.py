@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
@@ -25,6 +26,7 @@ import pyarrow.dataset as ds  # noqa: E402
 from lagwatch.lake import LakeConfig  # noqa: E402
 from lagwatch.lake.writer import LakeWriter  # noqa: E402
 from lagwatch.model import TopicPartition  # noqa: E402
+from tests.helm_tool import ROOT  # noqa: E402
 from tests.synthetic import Pipeline, group, snapshot  # noqa: E402
 
 T0 = 1_793_966_400.0  # 2026-11-06T12:00:00Z: 12 h on the first date, 14 h on the next
@@ -606,3 +608,19 @@ def test_a_backtest_comparison_of_a_newer_schema_is_one_line(backtest_out: Path,
     pq.write_table(newer, part)
     with pytest.raises(ReportError, match=r"^--backtest .*: its comparison is schema version 3, newer than"):
         _backtest_view(spark, str(copy))
+
+
+def test_the_daemons_file_without_rules_reports_by_the_recorded_configuration(
+    lake: Path, tmp_path: Path, spark: Any, report: Any
+) -> None:
+    """The chart's report CronJob gives `--config` the daemon's own file; with the README's minimal values it has
+    clusters and notifiers, no rules: (it exited 2, "needs a rules: or alerts: section", on every plain install).
+    Such a file leaves the thresholds to what the daemon recorded: the same report as without --config."""
+    from lagwatch.pipeline.report import run_report
+
+    config = tmp_path / "lagwatch.yaml"
+    values = yaml.safe_load((ROOT / "deploy/helm/lagwatch/ci/minimal-values.yaml").read_text())["config"]
+    config.write_text(yaml.safe_dump({**values, "lake": {"enabled": True, "path": str(lake)}}))
+    again = run_report(str(lake), str(tmp_path / "out"), config=str(config), spark=spark, plotted_groups=3)
+    pd.testing.assert_frame_equal(again.group_daily, report.group_daily)
+    pd.testing.assert_frame_equal(again.incidents, report.incidents)

@@ -325,6 +325,16 @@ def _config_rules(config: str | None) -> Mapping[str, Any] | None:
 
     if config is None:
         return None
+    from pathlib import Path
+
+    from lagwatch.config import _check_yaml
+
+    data = _check_yaml(Path(config)) if Path(config).is_file() else None  # a broken file: said by load_candidate
+    if isinstance(data, dict) and data.get("rules") is None:
+        # The daemon's own file without rules: (the chart's, from the README's values) ran with the defaults,
+        # and the lake recorded what it ran with: that is what the report judges by.
+        _say(f"thresholds: the configuration the daemon recorded ({config} has no rules:)")
+        return None
     candidate = load_candidate(config)
     if candidate.rules is None:
         raise ReportError("--config: give a file with a rules: section (or leave --config out)")
