@@ -916,15 +916,12 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 
     default_master(args.master)  # a master Spark would not take: said before anything starts
     spark = None
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("lagwatch-backtest").getOrCreate()
-    elif args.master is not None:
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or args.master is not None:
         from lagwatch.pipeline.session import spark_session
 
-        _say(f"starting Spark ({args.master})")
-        spark = spark_session(master=args.master, app="lagwatch-backtest", kafka=False)
+        master = default_master(args.master)  # under spark-submit: its master, its settings over lagwatch's
+        _say(f"starting Spark ({master or 'from spark-submit'})")
+        spark = spark_session(master=master, app="lagwatch-backtest", kafka=False)
     try:
         run_backtest(args.lake, args.config, args.output, args.since, args.until, spark)
     except LagwatchError:

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -126,14 +127,44 @@ def default_master(master: str | None) -> str | None:
     return None if os.environ.get("PYSPARK_GATEWAY_PORT") else "local[2]"
 
 
+# The last line of a Python traceback: `ModuleNotFoundError: No module named 'pyarrow'`.
+_PYTHON_CAUSE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)(?::.*)?$")
+
+
+def _worker_cause(lines: list[str]) -> str | None:
+    """What a Python worker raised: the last exception line of the last Python traceback in a Spark error (the
+    JVM puts it under `PythonException:` lines and above its own stack trace)."""
+    start = max((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), default=None)
+    if start is None:
+        return None
+    cause = None
+    for line in lines[start + 1 :]:
+        if line.startswith(("at ", "File ", "...", "Caused by:", "Driver stacktrace")):
+            if cause is not None and line.startswith(("at ", "Caused by:", "Driver stacktrace")):
+                break
+            continue
+        if _PYTHON_CAUSE.match(line) and not line.startswith(("org.", "java.", "scala.", "py4j.")):
+            cause = line
+    return cause
+
+
 def spark_error(e: BaseException) -> str:
-    """One line from a Spark or Py4J exception (never its JVM stack trace)."""
+    """One line from a Spark or Py4J exception (never its JVM stack trace). A Python worker's failure is told by
+    its cause (`ModuleNotFoundError: No module named 'pyarrow'`), with what to do when a module is missing."""
     text = getattr(e, "desc", None)  # pyspark's captured JVM exceptions (AnalysisException...)
     java = getattr(e, "java_exception", None)  # py4j's Py4JJavaError
     if text is None and java is not None:
         with contextlib.suppress(Exception):
             text = str(java.toString())
     text = text or str(e)
+    full = "\n".join(filter(None, (text, str(e), getattr(e, "stackTrace", None) or "")))
+    lines = [line.strip() for line in full.splitlines() if line.strip()]
+    cause = _worker_cause(lines)
+    if cause is not None:
+        line = f"a Python worker failed: {cause}"
+        if cause.startswith(("ModuleNotFoundError", "ImportError")):
+            line += " (the executors' Python needs lagwatch with its spark extra: set PYSPARK_PYTHON to it)"
+        return line[:400]
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     line = lines[0] if lines else type(e).__name__
     return line[:400]

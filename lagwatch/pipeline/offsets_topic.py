@@ -519,7 +519,7 @@ def run(args: argparse.Namespace) -> int:
     check_spark()
     facts = cluster_facts(name, cluster, args.retention_minutes)  # unreachable: one line, before a JVM starts
     jobs.progress(f"starting Spark ({master or 'from spark-submit'}) with Spark's Kafka connector")
-    spark = spark_session(master, "lagwatch-pipeline-offsets-topic", spark__ui__showConsoleProgress="true")
+    spark = spark_session(master, "lagwatch-pipeline-offsets-topic")
     try:
         summary = backfill(spark, name, cluster, args.out, args.retention_minutes, facts=facts)
     finally:

@@ -471,15 +471,13 @@ def _report_on_spark(
         options.plotted_groups,
         options.master,
     )
-    if spark is None and os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its master and settings
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("lagwatch-report").getOrCreate()
-    if spark is None:
+    if spark is None:  # under spark-submit: its master, and its settings over lagwatch's defaults
+        from lagwatch.pipeline.jobs import default_master
         from lagwatch.pipeline.session import spark_session
 
-        _say(f"starting Spark ({master or 'local[2]'})")
-        spark = spark_session(master=master or "local[2]", app="lagwatch-report", kafka=False)
+        master = default_master(master)
+        _say(f"starting Spark ({master or 'from spark-submit'})")
+        spark = spark_session(master=master, app="lagwatch-report", kafka=False)
 
     from lagwatch.pipeline.lake_read import polls_per_cluster, read_snapshots
 

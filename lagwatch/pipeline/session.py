@@ -66,32 +66,79 @@ def check_master(master: str) -> None:
         )
 
 
+# lagwatch's own defaults: each is set only where neither spark-submit's --conf nor spark-defaults.conf set it.
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.showConsoleProgress": "false",  # its bars overwrote lagwatch's progress lines on stderr
+}
+# Needed for the jobs to be right (dates are UTC days, as the daemon writes them): always set.
+REQUIRED = {"spark.sql.session.timeZone": "UTC"}
+LOG_ENV = "LAGWATCH_SPARK_LOG"
+
+
+def spark_log_path() -> str:
+    """Where Spark's own log goes when lagwatch starts the JVM: LAGWATCH_SPARK_LOG, else a file in the temp dir."""
+    import tempfile
+
+    return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"lagwatch-spark-{os.getpid()}.log")
+
+
+def _launch_conf(log: str) -> Any:
+    """Settings for the JVM lagwatch starts (spark-submit's own keeps its logging): Spark's log4j2 output into
+    `log`, nothing on the console."""
+    from pyspark import SparkConf
+
+    config = Path(__file__).with_name("log4j2.properties")
+    java = f"-Dlog4j2.configurationFile=file:{config} -Dlagwatch.spark.log={log}"
+    return SparkConf(loadDefaults=False).set("spark.driver.extraJavaOptions", java)
+
+
 def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, **conf: str) -> Any:
     """The session (getOrCreate). `master` None leaves the master to spark-submit. `kafka` False: without the Kafka
-    connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). Raises LagwatchError when
+    connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). lagwatch's DEFAULTS and
+    `conf` apply only where spark-submit's --conf (or spark-defaults.conf) set nothing. Raises LagwatchError when
     pyspark or Java is missing or the JVM does not start, ConfigError for a master Spark would not take."""
     if master is not None:
         check_master(master)
     check_spark()
     import pyspark
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     # Workers must run this interpreter, which has lagwatch, pandas and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    launched = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    log = spark_log_path() if launched else None
+    try:
+        # The JVM first (spark-submit's, or one started here), so that what it was given can be read back.
+        SparkContext._ensure_initialized(conf=_launch_conf(log) if log else None)
+    except Exception as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise LagwatchError(f"Spark did not start: {lines[0] if lines else type(e).__name__}") from None
+    if log:
+        print(f"lagwatch: Spark's own log: {log}", file=sys.stderr, flush=True)
+    # The JVM's spark.* properties: spark-submit's --conf and spark-defaults.conf (and a running session's).
+    given = {key for key, _ in SparkConf().getAll()}
+    active = SparkContext._active_spark_context
+    if active is not None:
+        given |= {key for key, _ in active.getConf().getAll()}
+    if launched:  # spark-submit's own default for the "pyspark-shell" that lagwatch started, not the user's
+        given.discard("spark.ui.showConsoleProgress")
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
+    wanted: dict[str, str] = {}
     if kafka:
-        for key, value in connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)).items():
+        wanted.update(connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)))
+    wanted.update(DEFAULTS)
+    wanted.update({key.replace("__", "."): value for key, value in conf.items()})
+    for key, value in wanted.items():
+        if key not in given:
             builder = builder.config(key, value)
-    builder = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    for key, value in REQUIRED.items():
+        builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
     except Exception as e:
