@@ -488,6 +488,7 @@ class Daemon:
                 {
                     "lake_write_failures": self.lake.stats.write_failures,
                     "lake_dropped_rows": self.lake.stats.dropped_rows,
+                    "lake_buffered_rows": self.lake.stats.buffered_rows,
                 }
                 if self.lake is not None
                 else {}

@@ -99,3 +99,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(set(nodeids)) != len(nodeids):
         duplicates = sorted({n for n in nodeids if nodeids.count(n) > 1})
         raise pytest.UsageError(f"tests share a node id (xdist would run only one): {duplicates[:3]}")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real S3-compatible server (SeaweedFS) for the run; tests that kill or freeze a store start their own."""
+    from tests.s3_server import S3Server, weed_binary
+
+    binary = weed_binary()
+    if binary is None:
+        pytest.skip("SeaweedFS not built (make test-deps builds it: deploy/tools/install-seaweedfs.sh)")
+    server = S3Server(binary, tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.remove()

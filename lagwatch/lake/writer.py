@@ -22,11 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from lagwatch.alerts import AlertBook
 from lagwatch.alerts.transitions import Transition, TransitionTracker
 from lagwatch.lake import codec
-from lagwatch.lake.settings import LakeConfig
+from lagwatch.lake.settings import LakeConfig, S3Access, is_s3
 from lagwatch.model import ClusterSnapshot, TopicPartition
 from lagwatch.offsets_topic import Record
 from lagwatch.rules import Evaluation
@@ -59,14 +60,44 @@ def arrow_schema(columns: Mapping[str, str]) -> Any:
     )
 
 
-def open_filesystem(path: str) -> tuple[Any, str]:
+def s3_from_env() -> S3Access:
+    """S3 settings from the AWS SDKs' own variables (for jobs given only --lake): AWS_ENDPOINT_URL_S3 or
+    AWS_ENDPOINT_URL, AWS_REGION; the keys are read by the SDKs themselves (AWS_ACCESS_KEY_ID...)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return S3Access(endpoint=endpoint, region=region)
+
+
+def open_filesystem(path: str, s3: S3Access | None = None) -> tuple[Any, str]:
     """A local path (made absolute) or a URI pyarrow knows (s3://, gs://, hdfs://, file://). Hadoop's `s3a://`,
-    which Spark needs, names the same place as pyarrow's `s3://`: one `lake` setting serves both."""
+    which Spark needs, names the same place as pyarrow's `s3://`: one `lake` setting serves both. S3 is opened
+    with `s3` (else the AWS variables), every request bounded in time and tried once: the writer's own retries
+    (rows kept) are the only ones."""
     from pyarrow import fs
 
+    if is_s3(path):
+        parts = urlsplit(path)
+        access = s3 or s3_from_env()
+        query = dict(parse_qsl(parts.query))  # pyarrow's URI options, as they were taken before: region=...
+        if "region" in query:
+            access = access.model_copy(update={"region": query["region"]})
+        options: dict[str, Any] = {
+            "region": access.region,
+            "connect_timeout": access.connect_timeout_s,
+            "request_timeout": access.request_timeout_s,
+            "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=1),
+            "allow_delayed_open": True,  # one PutObject per file, not a multipart upload of several calls
+        }
+        if access.endpoint is not None:
+            endpoint = urlsplit(access.endpoint)
+            options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme)
+        if access.access_key_id is not None and access.secret_access_key is not None:
+            options.update(
+                access_key=access.access_key_id.get_secret_value(),
+                secret_key=access.secret_access_key.get_secret_value(),
+            )
+        return fs.S3FileSystem(**options), f"{parts.netloc}{parts.path}".rstrip("/")
     if "://" in path:
-        if path.startswith("s3a://"):
-            path = "s3://" + path.removeprefix("s3a://")
         filesystem, root = fs.FileSystem.from_uri(path)
         return filesystem, root.rstrip("/")
     return fs.LocalFileSystem(), os.path.abspath(path)
@@ -85,6 +116,10 @@ class _Batch:
     columns: codec.Columns
     rows: int
     created: float  # monotonic
+    # The file its first attempt wrote: a retry writes the same batches under the same name. A write that timed
+    # out on the client may still complete on the store (a frozen S3 server did, once thawed), and the retry under
+    # a new name then doubled every row of it.
+    file: str | None = None
 
 
 @dataclass
@@ -103,7 +138,7 @@ class LakeWriter:
 
         self.config = config
         self.clock = clock
-        self.fs, self.root = open_filesystem(config.path)
+        self.fs, self.root = open_filesystem(config.path, config.s3)
         self.schemas = {name: arrow_schema(columns) for name, columns in DATASETS.items()}
         self.stats = LakeStats()
         self.trackers: dict[str, TransitionTracker] = {}
@@ -270,15 +305,18 @@ class LakeWriter:
             if not batches:
                 return True
             started = time.monotonic()
-            keys: dict[tuple[str, str, str], list[_Batch]] = {}
-            for b in batches:
-                keys.setdefault((b.dataset, b.cluster, b.date), []).append(b)
+            keys: dict[tuple[str, str, str, str | None], list[_Batch]] = {}
+            for b in batches:  # batches tried before keep their file; the new ones of a partition share one
+                keys.setdefault((b.dataset, b.cluster, b.date, b.file), []).append(b)
             unwritten: list[_Batch] = []
             error: Exception | None = None
-            for (dataset, cluster, date), group in keys.items():
+            for (dataset, cluster, date, file), group in keys.items():
                 if error is None:
+                    name = file or f"part-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
+                    for b in group:
+                        b.file = name
                     try:
-                        self._write(dataset, cluster, date, group)
+                        self._write(dataset, cluster, date, name, group)
                         continue
                     except Exception as e:  # OSError, ArrowIOError (disk full, permission, path gone), ...
                         error = e
@@ -307,7 +345,7 @@ class LakeWriter:
                 self.stats.last_write_s = time.monotonic() - started
             return error is None
 
-    def _write(self, dataset: str, cluster: str, date: str, batches: list[_Batch]) -> None:
+    def _write(self, dataset: str, cluster: str, date: str, file_name: str, batches: list[_Batch]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -326,9 +364,13 @@ class LakeWriter:
                 arrays.append(pa.array(values, field.type))
         table = pa.Table.from_arrays(arrays, schema=schema)
         directory = f"{self.root}/{dataset}/cluster={cluster}/date={date}"
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        name = f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp, final = f"{directory}/.tmp-{name}", f"{directory}/{name}"
+        tmp, final = f"{directory}/.tmp-{file_name}", f"{directory}/{file_name}"
+        if is_s3(self.config.path):  # a PUT is whole or nothing: no temporary name (a rename there is a copy)
+            with self.fs.open_output_stream(final) as out:
+                pq.write_table(table, out, compression="zstd")
+            self.stats.rows_written += table.num_rows
+            self.stats.files_written += 1
+            return
         self.fs.create_dir(directory, recursive=True)
         try:
             with self.fs.open_output_stream(tmp) as out:

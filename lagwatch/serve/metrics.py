@@ -460,6 +460,13 @@ def render_daemon(alerts: Iterable[Alert], notify_stats: Mapping[str, float]) ->
             [],
             notify_stats["lake_dropped_rows"],
         )
+        f.set(
+            f.gauge(
+                "lake_buffered_rows", "Lake rows waiting in memory to be written (they grow while writes fail)", []
+            ),
+            [],
+            notify_stats["lake_buffered_rows"],
+        )
     return f.parts()
 
 
