@@ -60,3 +60,14 @@ def test_deployment_probes_security_and_no_secret_in_argv() -> None:
     assert {e["name"]: e["value"] for e in container["env"]}["LAGWATCH_SECRETS_DIR"] == mounts["secrets"]
     (service,) = _docs("service.yaml")
     assert service["spec"]["ports"][0]["port"] == 9308
+
+
+def test_the_pipeline_image_pins_the_s3_connector_the_tests_run_with() -> None:
+    """The Spark tests on S3 load hadoop-aws and the AWS SDK bundle checked against these SHA-256s: the image's."""
+    from tests.s3a_jars import S3A_JARS
+
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for artifact, (jar, digest) in S3A_JARS.items():
+        group, name, version = artifact.split(":")
+        assert f"{group.replace('.', '/')}/{name}/{version}/{jar}" in dockerfile
+        assert f"{digest} {jar}" in dockerfile

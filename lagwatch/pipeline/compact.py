@@ -359,13 +359,14 @@ def run(args: argparse.Namespace) -> int:
         hours = float(args.older_than_hours)
     except ValueError:
         raise CompactError(f"--older-than-hours: not a number: {args.older_than_hours!r}") from None
-    lake = args.lake
-    if lake is None:
-        if args.config is None:
-            raise CompactError("--lake or --config: say where the lake is")
-        from lagwatch.config import load_settings
+    from lagwatch.pipeline.jobs import use_lake_config
 
-        lake = str(load_settings(args.config).lake.path)
+    lake = args.lake
+    if lake is None and args.config is None:
+        raise CompactError("--lake or --config: say where the lake is")
+    settings = use_lake_config(args.config)  # and its S3 access, for the store
+    if lake is None:
+        lake = settings.path if settings is not None else "lake"
     summary = compact_lake(lake, args.dataset, hours)
     print(summary.line())
     return 1 if summary.partitions_unreadable else 0  # a cron job's failure: someone should look at the file

@@ -21,6 +21,7 @@ from lagwatch.errors import ConfigError, LagwatchError, exit_code_of
 
 if TYPE_CHECKING:
     from lagwatch.config import ClusterConfig
+    from lagwatch.lake import LakeConfig
 
 # command name -> (module, help).
 JOBS: dict[str, tuple[str, str]] = {
@@ -110,6 +111,33 @@ def check_out_dir(out: str) -> None:
             pass
     except OSError as e:
         raise LagwatchError(f"--out {out}: not writable ({e.strerror or type(e).__name__})") from None
+
+
+def use_lake_config(config: Path | str | None) -> LakeConfig | None:
+    """--config's `lake:` settings when the file has them (the daemon's own file, as the chart's CronJobs give it),
+    read as the daemon reads them (keys from the secrets directory). Their S3 access is exported as the AWS
+    variables, which every S3 client of this process reads (pyarrow, and Hadoop's s3a in the JVM it starts, whose
+    own chain reads the keys there): the keys reach no argv, no Spark setting and no log."""
+    if config is None:
+        return None
+    from lagwatch.config import _check_yaml, load_settings
+
+    data = _check_yaml(Path(config))
+    if not isinstance(data, dict) or not isinstance(data.get("lake"), dict):
+        return None
+    lake = load_settings(Path(config)).lake
+    from lagwatch import logs
+
+    logs.configure("WARNING", "text", secrets=logs.secret_values(lake))
+    access = lake.s3
+    if access.endpoint is not None:
+        os.environ["AWS_ENDPOINT_URL_S3"] = access.endpoint
+    os.environ["AWS_REGION"] = access.region
+    if access.access_key_id is not None and access.secret_access_key is not None:
+        os.environ["AWS_ACCESS_KEY_ID"] = access.access_key_id.get_secret_value()
+        os.environ["AWS_SECRET_ACCESS_KEY"] = access.secret_access_key.get_secret_value()
+        os.environ.pop("AWS_SESSION_TOKEN", None)
+    return lake
 
 
 def progress(message: str) -> None:

@@ -506,6 +506,7 @@ def backfill(
 def run(args: argparse.Namespace) -> int:
     from lagwatch import logs
     from lagwatch.config import load_settings
+    from lagwatch.lake.settings import is_s3
     from lagwatch.pipeline.session import check_spark, spark_session
 
     if args.retention_minutes is not None and args.retention_minutes <= 0:
@@ -519,7 +520,7 @@ def run(args: argparse.Namespace) -> int:
     check_spark()
     facts = cluster_facts(name, cluster, args.retention_minutes)  # unreachable: one line, before a JVM starts
     jobs.progress(f"starting Spark ({master or 'from spark-submit'}) with Spark's Kafka connector")
-    spark = spark_session(master, "lagwatch-pipeline-offsets-topic")
+    spark = spark_session(master, "lagwatch-pipeline-offsets-topic", s3=is_s3(args.out))
     try:
         summary = backfill(spark, name, cluster, args.out, args.retention_minutes, facts=facts)
     finally:

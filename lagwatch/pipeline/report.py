@@ -477,7 +477,10 @@ def _report_on_spark(
 
         master = default_master(master)
         _say(f"starting Spark ({master or 'from spark-submit'})")
-        spark = spark_session(master=master, app="lagwatch-report", kafka=False)
+        from lagwatch.lake.settings import is_s3
+
+        s3 = is_s3(lake) or is_s3(output)
+        spark = spark_session(master=master, app="lagwatch-report", kafka=False, s3=s3)
 
     from lagwatch.pipeline.lake_read import polls_per_cluster, read_snapshots
 
@@ -851,9 +854,10 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float | None, float |
 
 
 def run_job(args: argparse.Namespace) -> int:
-    from lagwatch.pipeline.jobs import default_master
+    from lagwatch.pipeline.jobs import default_master, use_lake_config
 
     default_master(args.master)  # a master Spark would not take: said first
+    use_lake_config(args.config)  # the daemon's file: its lake's S3 access, for pyarrow and Spark
     lake = _lake_of(args)
     since, until = _window(args, time.time())
     notifier = _digest_notifier(args.config, args.notify) if args.notify else None

@@ -25,17 +25,51 @@ def kafka_connector(spark_version: str) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{spark_version}"
 
 
-def connector_conf(spark_version: str, jars_dir: str | None) -> dict[str, str]:
-    """Spark settings that load the Kafka connector: every jar of `jars_dir` when the connector of `spark_version`
-    is among them, else Ivy resolving it from Maven Central (`spark.jars.packages`)."""
-    if jars_dir:
-        jars = sorted(Path(jars_dir).glob("*.jar"))
-        if any(jar.name == f"spark-sql-kafka-0-10_{SCALA}-{spark_version}.jar" for jar in jars):
-            return {"spark.jars": ",".join(str(jar) for jar in jars)}
-    return {
-        "spark.jars.packages": kafka_connector(spark_version),
-        "spark.jars.excludes": "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java",
+# Hadoop's S3 connector for `s3a://`, of the Hadoop pyspark 4.2.0 ships (hadoop-client-api 3.5.0): hadoop-aws
+# and what it needs that pyspark lacks (the AWS SDK bundle 2.35.4, 686 MB, and analyticsaccelerator-s3 1.3.1).
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
+HADOOP_AWS_JAR = "hadoop-aws-3.5.0.jar"
+
+
+def connector_conf(spark_version: str, jars_dir: str | None, kafka: bool = True, s3: bool = False) -> dict[str, str]:
+    """Spark settings that load the Kafka connector (`kafka`) and Hadoop's S3 connector (`s3`): every jar of
+    `jars_dir` when it has either of them (the pipeline image's), else Ivy resolving what is missing from Maven
+    Central (`spark.jars.packages`)."""
+    jars = sorted(Path(jars_dir).glob("*.jar")) if jars_dir else []
+    names = {jar.name for jar in jars}
+    has_kafka = f"spark-sql-kafka-0-10_{SCALA}-{spark_version}.jar" in names
+    has_s3 = HADOOP_AWS_JAR in names
+    conf: dict[str, str] = {}
+    if (kafka and has_kafka) or (s3 and has_s3):
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
+    packages = [*([kafka_connector(spark_version)] if kafka and not has_kafka else []),
+                *([HADOOP_AWS] if s3 and not has_s3 else [])]  # fmt: skip
+    if packages:
+        conf["spark.jars.packages"] = ",".join(packages)
+        conf["spark.jars.excludes"] = "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java"
+    return conf
+
+
+def s3a_conf() -> dict[str, str]:
+    """Hadoop's s3a settings for the store the AWS variables name (the jobs put --config's `lake.s3` there):
+    the endpoint and region; the keys are read by s3a's own chain (AWS_ACCESS_KEY_ID, a web identity...), never
+    written into Spark's settings."""
+    from urllib.parse import urlsplit
+
+    from lagwatch.lake.writer import s3_from_env
+
+    access = s3_from_env()
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint.region": access.region,
+        # As the daemon: a store that does not answer fails the job in seconds, not after Hadoop's minutes.
+        "spark.hadoop.fs.s3a.connection.establish.timeout": f"{int(access.connect_timeout_s * 1000)}",
+        "spark.hadoop.fs.s3a.attempts.maximum": "2",
     }
+    if access.endpoint is not None:
+        conf["spark.hadoop.fs.s3a.endpoint"] = access.endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"  # what S3-compatible servers take
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(urlsplit(access.endpoint).scheme == "https").lower()
+    return conf
 
 
 def check_spark() -> None:
@@ -84,19 +118,23 @@ def spark_log_path() -> str:
     return os.environ.get(LOG_ENV) or os.path.join(tempfile.gettempdir(), f"lagwatch-spark-{os.getpid()}.log")
 
 
-def _launch_conf(log: str) -> Any:
+def _launch_conf(log: str, jars: dict[str, str]) -> Any:
     """Settings for the JVM lagwatch starts (spark-submit's own keeps its logging): Spark's log4j2 output into
-    `log`, nothing on the console."""
+    `log`, nothing on the console; the connectors' jars on the driver's class path from the start (Hadoop loads
+    its s3a filesystem from there). These become spark-submit's argv: no secret among them."""
     from pyspark import SparkConf
 
     config = Path(__file__).with_name("log4j2.properties")
     java = f"-Dlog4j2.configurationFile=file:{config} -Dlagwatch.spark.log={log}"
-    return SparkConf(loadDefaults=False).set("spark.driver.extraJavaOptions", java)
+    return SparkConf(loadDefaults=False).set("spark.driver.extraJavaOptions", java).setAll(list(jars.items()))
 
 
-def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, **conf: str) -> Any:
+def spark_session(
+    master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, s3: bool = False, **conf: str
+) -> Any:
     """The session (getOrCreate). `master` None leaves the master to spark-submit. `kafka` False: without the Kafka
-    connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). lagwatch's DEFAULTS and
+    connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). `s3`: with Hadoop's S3
+    connector and the s3a settings of the AWS variables (a lake or output on s3://). lagwatch's DEFAULTS and
     `conf` apply only where spark-submit's --conf (or spark-defaults.conf) set nothing. Raises LagwatchError when
     pyspark or Java is missing or the JVM does not start, ConfigError for a master Spark would not take."""
     if master is not None:
@@ -111,12 +149,22 @@ def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     launched = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
     log = spark_log_path() if launched else None
+    jars = connector_conf(pyspark.__version__, os.environ.get(JARS_ENV), kafka, s3) if kafka or s3 else {}
     try:
-        # The JVM first (spark-submit's, or one started here), so that what it was given can be read back.
-        SparkContext._ensure_initialized(conf=_launch_conf(log) if log else None)
+        # The JVM first (spark-submit's, or one started here), so that what it was given can be read back. One
+        # started here writes its stderr to the log too: Java's and the AWS SDK's own lines (SLF4J's binder
+        # warning) came before log4j's configuration could keep them off the console.
+        gateway = None
+        if log:
+            from pyspark.java_gateway import launch_gateway
+
+            with open(log, "ab") as stderr:
+                gateway = launch_gateway(_launch_conf(log, jars), popen_kwargs={"stderr": stderr})  # type: ignore[no-untyped-call]
+        SparkContext._ensure_initialized(gateway=gateway)
     except Exception as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise LagwatchError(f"Spark did not start: {lines[0] if lines else type(e).__name__}") from None
+        where = f" (Spark's log: {log})" if log else ""
+        raise LagwatchError(f"Spark did not start: {lines[0] if lines else type(e).__name__}{where}") from None
     if log:
         print(f"lagwatch: Spark's own log: {log}", file=sys.stderr, flush=True)
     # The JVM's spark.* properties: spark-submit's --conf and spark-defaults.conf (and a running session's).
@@ -129,10 +177,10 @@ def spark_session(master: str | None = "local[2]", app: str = "lagwatch", kafka:
     builder = SparkSession.builder.appName(app)
     if master is not None:
         builder = builder.master(master)
-    wanted: dict[str, str] = {}
-    if kafka:
-        wanted.update(connector_conf(pyspark.__version__, os.environ.get(JARS_ENV)))
+    wanted: dict[str, str] = {} if launched else dict(jars)
     wanted.update(DEFAULTS)
+    if s3:
+        wanted.update(s3a_conf())
     wanted.update({key.replace("__", "."): value for key, value in conf.items()})
     for key, value in wanted.items():
         if key not in given:

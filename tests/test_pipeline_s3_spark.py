@@ -1,0 +1,110 @@
+"""The Spark jobs on a lake in a real S3-compatible server (SeaweedFS), each run as its own process the way the
+chart's CronJobs run it (the daemon's file with the lake's URL and endpoint, the keys in the secrets directory;
+Hadoop's s3a connector from LAGWATCH_SPARK_JARS), or with only --lake and the AWS variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.dataset as ds  # noqa: E402
+from pyarrow import fs  # noqa: E402
+
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server  # noqa: E402
+from tests.s3a_jars import ensure_s3a_jars  # noqa: E402
+from tests.test_report_spark import POLLS, write_lake  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def s3_lake(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The report tests' lake (26 h of the daemon's own writer), copied to s3://lake/pipeline."""
+    local = tmp_path_factory.mktemp("s3lake") / "lake"
+    write_lake(local)
+    fs.copy_files(str(local), f"{s3_server.bucket}/pipeline", destination_filesystem=s3_server.filesystem())
+    return "pipeline"
+
+
+def job_env(tmp_path: Path, s3_server: S3Server, with_keys: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path), LAGWATCH_SPARK_JARS=str(ensure_s3a_jars()), PYSPARK_PYTHON=sys.executable)
+    env["LAGWATCH_SPARK_LOG"] = str(tmp_path / "spark.log")
+    if with_keys:
+        env.update(s3_server.env())
+    return env
+
+
+def daemon_file(tmp_path: Path, s3_server: S3Server, prefix: str) -> tuple[Path, Path]:
+    """The chart's ConfigMap and secrets directory, in small: clusters, a notifier, the lake; the keys as files."""
+    config = tmp_path / "lagwatch.yaml"
+    lake = {"enabled": True, "path": f"s3a://{s3_server.bucket}/{prefix}", "s3": {"endpoint": s3_server.endpoint}}
+    config.write_text(yaml.safe_dump({"clusters": {"prod": {"bootstrap_servers": ["kafka:9092"]}},
+                                      "notifiers": {"log": {"enabled": True}}, "lake": lake}))  # fmt: skip
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "lake__s3__access_key_id").write_text(ACCESS_KEY)
+    (secrets / "lake__s3__secret_access_key").write_text(SECRET_KEY)
+    return config, secrets
+
+
+def lagwatch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lagwatch", *args], capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+
+
+def test_report_reads_and_writes_the_lake_on_s3_with_the_daemons_file(
+    s3_server: S3Server, s3_lake: str, tmp_path: Path
+) -> None:
+    config, secrets = daemon_file(tmp_path, s3_server, s3_lake)
+    env = {**job_env(tmp_path, s3_server, with_keys=False), "LAGWATCH_SECRETS_DIR": str(secrets)}
+    done = lagwatch("pipeline", "report", "--config", str(config), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "thresholds: the configuration the daemon recorded" in done.stderr
+    assert SECRET_KEY not in done.stderr + done.stdout and SECRET_KEY not in " ".join(done.args)
+    assert [line for line in done.stderr.splitlines() if not line.startswith(("report: ", "lagwatch: "))] == []
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    out = f"{s3_server.bucket}/{s3_lake}/reports/{day}"
+    s3 = s3_server.filesystem()
+    assert s3.get_file_info(f"{out}/report.html").size > 10_000
+    daily = ds.dataset(f"{out}/group_daily", filesystem=s3, format="parquet").to_table().to_pandas()
+    assert len(daily) == 6 and daily.polls.sum() == 3 * POLLS  # 3 groups on 2 days, every poll
+
+
+def test_backtest_with_only_the_lake_url_and_the_aws_variables(
+    s3_server: S3Server, s3_lake: str, tmp_path: Path
+) -> None:
+    lake = f"s3a://{s3_server.bucket}/{s3_lake}"
+    output = f"s3a://{s3_server.bucket}/backtest-out"
+    done = lagwatch("pipeline", "backtest", "--lake", lake, "--output", output,
+                    env=job_env(tmp_path, s3_server, with_keys=True))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "equal: the same incidents" in done.stdout, done.stdout
+    alerts = ds.dataset(f"{s3_server.bucket}/backtest-out", filesystem=s3_server.filesystem(), format="parquet",
+                        partitioning="hive").to_table().to_pandas()  # fmt: skip
+    assert (alerts.kind == "alert").sum() > 0
+
+
+def test_compact_on_s3_keeps_every_row(s3_server: S3Server, s3_lake: str, tmp_path: Path) -> None:
+    config, secrets = daemon_file(tmp_path, s3_server, s3_lake)
+    s3 = s3_server.filesystem()
+
+    def snapshots() -> Any:
+        return ds.dataset(f"{s3_server.bucket}/{s3_lake}/snapshots", filesystem=s3, format="parquet",
+                          partitioning="hive")  # fmt: skip
+
+    before = snapshots()
+    rows, files = before.count_rows(), len(before.files)
+    env = {**job_env(tmp_path, s3_server, with_keys=False), "LAGWATCH_SECRETS_DIR": str(secrets)}
+    done = lagwatch("pipeline", "compact", "--config", str(config), "--older-than-hours", "0", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = snapshots()
+    assert after.count_rows() == rows and len(after.files) == 2 < files  # one file per (cluster, date)
