@@ -272,6 +272,26 @@ def overview() -> db.Dashboard:
             w=16,
         )
     )
+    d = d.with_row(db.Row("Lag history lake"))
+    d = d.with_panel(
+        st(
+            "Rows waiting to be written",
+            "short",
+            q("lagwatch_lake_buffered_rows", "waiting"),
+            w=8,
+            desc="Grows while the lake's store refuses writes or does not answer; polls and alerts go on.",
+        )
+    )
+    d = d.with_panel(
+        ts(
+            "Lake write failures and dropped rows (per 5m)",
+            "short",
+            q("increase(lagwatch_lake_write_failures_total[5m])", "failed writes (rows kept, retried)"),
+            q("increase(lagwatch_lake_dropped_rows_total[5m])", "rows dropped (past lake.max_buffer_rows)", "B"),
+            w=16,
+            desc="Failed writes keep their rows and are tried again; dropped rows are a gap in the lake.",
+        )
+    )
     return d
 
 

@@ -249,6 +249,11 @@ BAD_VALUES = [
     (["--set", "persistence.size=lots"], "size"),
     (["--set", "serviceMonitor.interval=30"], "interval"),
     (["--set", "persistence.enable=true"], "enable"),
+    # A pipeline CronJob without the lake exited 2 every night ("--lake lake: no such directory").
+    (["--set", "pipeline.compact.enabled=true"], "/lake/url"),
+    (["--set", "pipeline.report.enabled=true", "--set", "lake.url="], "/lake/url"),
+    (["--set", "pipeline.lake=s3a://lake/lagwatch"], "'lake' not allowed"),  # moved to lake.url
+    (["--set", "lake.url=/var/lib/lagwatch/lake"], "/lake/url"),  # the daemon's volume: no CronJob reaches it
 ]
 
 
@@ -322,7 +327,7 @@ def test_prometheus_rule_passes_promtool_check_and_unit_tests(tmp_path: Path) ->
         ["promtool", "check", "rules", "lagwatch-rules.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 8 rules found" in check.stdout
+    assert "SUCCESS: 10 rules found" in check.stdout
     unit = subprocess.run(
         ["promtool", "test", "rules", "prometheusrule_test.yaml"], cwd=tmp_path, capture_output=True, text=True
     )

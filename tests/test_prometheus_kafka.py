@@ -102,6 +102,7 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         http={"host": "127.0.0.1", "port": 0},
         rules={"stopped": {"window_s": 1}},
         alerts={"group_wait_s": 0},
+        lake={"enabled": True, "path": str(tmp / "lake")},  # the lake's panels have series to show
     )
     cluster = ClusterConfig(
         bootstrap_servers=[bootstrap],

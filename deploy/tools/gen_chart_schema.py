@@ -114,6 +114,26 @@ def chart_schema() -> dict[str, Any]:
                     required=["name"],
                 ),
             },
+            "lake": _obj(
+                {
+                    "url": {
+                        "type": "string",
+                        "pattern": r"^((s3a?|gs)://[a-z0-9][a-z0-9.-]{1,62}(/.*)?)?$",
+                        "description": "the lake of the daemon and every CronJob: s3://bucket/prefix",
+                    },
+                    "s3": _obj(
+                        {
+                            "endpoint": {"type": "string", "pattern": r"^(https?://[^/\s]+/?)?$"},
+                            "region": {"type": "string", "minLength": 1},
+                        }
+                    ),
+                    "existingSecret": {"type": "string", "pattern": "^([a-z0-9][a-z0-9.-]*)?$"},
+                    "secretKeys": _obj(
+                        {"accessKeyId": SECRET_FILE, "secretAccessKey": SECRET_FILE},
+                        required=["accessKeyId", "secretAccessKey"],
+                    ),
+                }
+            ),
             "tlsSecrets": {
                 "type": "array",
                 "items": _obj({"name": SECRET_FILE, "secretName": STR}, required=["name", "secretName"]),
@@ -203,6 +223,7 @@ def chart_schema() -> dict[str, Any]:
                     "notificationsStuck": _obj(
                         {"queued": {"type": "integer", "minimum": 0}, "for": DURATION}, required=["queued", "for"]
                     ),
+                    "lakeWritesFailing": _obj({"for": DURATION}, required=["for"]),
                 }
             ),
             "podDisruptionBudget": _obj({"enabled": BOOL, "maxUnavailable": {"type": ["integer", "string"]}}),
@@ -229,7 +250,6 @@ def chart_schema() -> dict[str, Any]:
                 {
                     "image": IMAGE,
                     "serviceAccount": SERVICE_ACCOUNT,
-                    "lake": STR,
                     "env": LIST,
                     "resources": RESOURCES,
                     "report": job,
@@ -244,7 +264,21 @@ def chart_schema() -> dict[str, Any]:
         },
         **{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "lagwatch chart values"},
         **{"$defs": defs},
+        # A pipeline CronJob without the lake failed every night ("--lake lake: no such directory"): refused here.
+        allOf=[_needs_lake(job_name) for job_name in ("report", "compact")],
     )
+
+
+def _needs_lake(job_name: str) -> dict[str, Any]:
+    enabled = {"properties": {job_name: {"properties": {"enabled": {"const": True}}, "required": ["enabled"]}}}
+    return {
+        "if": {"properties": {"pipeline": {**enabled, "required": [job_name]}}, "required": ["pipeline"]},
+        "then": {
+            "properties": {"lake": {"properties": {"url": {"minLength": 1}}, "required": ["url"]}},
+            "required": ["lake"],
+            "description": f"pipeline.{job_name} needs lake.url (s3://bucket/prefix)",
+        },
+    }
 
 
 def render() -> str:

@@ -64,6 +64,8 @@ def s3a_conf() -> dict[str, str]:
         # As the daemon: a store that does not answer fails the job in seconds, not after Hadoop's minutes.
         "spark.hadoop.fs.s3a.connection.establish.timeout": f"{int(access.connect_timeout_s * 1000)}",
         "spark.hadoop.fs.s3a.attempts.maximum": "2",
+        # pyarrow's spelling too (the daemon's lake.path, a report's default --out under it): the same place.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     }
     if access.endpoint is not None:
         conf["spark.hadoop.fs.s3a.endpoint"] = access.endpoint

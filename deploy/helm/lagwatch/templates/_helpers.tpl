@@ -56,5 +56,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $http := merge (dict "host" "0.0.0.0" "port" (int .Values.service.port)) (omit (default dict .Values.config.http) "host" "port") -}}
 {{- $clusters := .Values.config.clusters | default (dict "kafka" (dict "bootstrap_servers" (list "kafka:9092"))) -}}
 {{- $owned := dict "state_dir" "/var/lib/lagwatch" "http" $http "clusters" $clusters -}}
+{{- /* lake.url: the one lake of the daemon and every CronJob; config.lake keeps its other settings (roll_*...). */ -}}
+{{- with .Values.lake.url -}}
+{{- $given := default dict $.Values.config.lake -}}
+{{- $s3 := dict "region" $.Values.lake.s3.region -}}
+{{- with $.Values.lake.s3.endpoint }}{{ $_ := set $s3 "endpoint" . }}{{ end -}}
+{{- $lake := merge (dict "enabled" true "path" . "s3" (merge $s3 (default dict $given.s3))) (omit $given "enabled" "path" "s3") -}}
+{{- $_ := set $owned "lake" $lake -}}
+{{- end -}}
 {{- toYaml (merge $owned (omit .Values.config "state_dir" "http" "clusters")) -}}
+{{- end -}}
+
+{{/* The projected sources of the secrets directory: `secrets`, and the lake's keys (lake.existingSecret) as the
+files lake__s3__access_key_id and lake__s3__secret_access_key. The daemon and every CronJob mount the same. */}}
+{{- define "lagwatch.secretSources" -}}
+{{- $sources := list -}}
+{{- range .Values.secrets -}}
+{{- $s := dict "name" .name -}}
+{{- with .items }}{{ $_ := set $s "items" . }}{{ end -}}
+{{- if .optional }}{{ $_ := set $s "optional" true }}{{ end -}}
+{{- $sources = append $sources (dict "secret" $s) -}}
+{{- end -}}
+{{- with .Values.lake.existingSecret -}}
+{{- $k := $.Values.lake.secretKeys -}}
+{{- $items := list (dict "key" $k.accessKeyId "path" "lake__s3__access_key_id") (dict "key" $k.secretAccessKey "path" "lake__s3__secret_access_key") -}}
+{{- $sources = append $sources (dict "secret" (dict "name" . "items" $items)) -}}
+{{- end -}}
+{{- toYaml $sources -}}
 {{- end -}}
