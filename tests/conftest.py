@@ -75,11 +75,22 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
 
 
 @pytest.fixture(scope="session")
-def spark():  # type: ignore[no-untyped-def]
-    """One local[2] SparkSession for the whole run (5-15 s to start), with Spark's Kafka connector."""
+def spark_jars() -> Path:
+    """The S3 and Delta Lake connectors the pipeline image bakes in, for this run's Spark sessions and the jobs it
+    starts (LAGWATCH_SPARK_JARS): fetched with Maven once."""
+    from tests.spark_jars import ensure_spark_jars
+
+    jars = ensure_spark_jars()
+    os.environ["LAGWATCH_SPARK_JARS"] = str(jars)
+    return jars
+
+
+@pytest.fixture(scope="session")
+def spark(spark_jars: Path):  # type: ignore[no-untyped-def]
+    """One local[2] SparkSession for the whole run (5-15 s to start), with Spark's Kafka and Delta connectors."""
     from lagwatch.pipeline.session import spark_session
 
-    session = spark_session("local[2]", "lagwatch-tests")
+    session = spark_session("local[2]", "lagwatch-tests", delta=True)
     yield session
     session.stop()
 

@@ -63,6 +63,10 @@ class S3Server:
         return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
                 "AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_REGION": "us-east-1"}  # fmt: skip
 
+    def delta_options(self) -> dict[str, str]:
+        return {"aws_endpoint_url": self.endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
+                "aws_access_key_id": ACCESS_KEY, "aws_secret_access_key": SECRET_KEY}  # fmt: skip
+
     def lake_settings(self, prefix: str) -> dict[str, object]:
         return {"enabled": True, "path": f"s3://{self.bucket}/{prefix}", "s3": {"endpoint": self.endpoint}}
 

@@ -23,7 +23,7 @@ from lagwatch.daemon import Daemon  # noqa: E402
 from lagwatch.model import ClusterSnapshot  # noqa: E402
 from tests.helm_tool import CHART, helm_binary, template  # noqa: E402
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server  # noqa: E402
-from tests.s3a_jars import ensure_s3a_jars  # noqa: E402
+from tests.spark_jars import ensure_spark_jars  # noqa: E402
 from tests.synthetic import TP, group, snapshot  # noqa: E402
 
 HELM = helm_binary()
@@ -109,7 +109,7 @@ def test_the_charts_cronjobs_run_on_the_lake_the_daemon_wrote(s3_server: S3Serve
         env["HOME"] = str(tmp_path / name)  # the pod's /tmp emptyDir
         Path(env["HOME"]).mkdir()
         # The pipeline image's own environment (deploy/Dockerfile): its jars, its Python on PATH.
-        env.update(LAGWATCH_SPARK_JARS=str(ensure_s3a_jars()), PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
+        env.update(LAGWATCH_SPARK_JARS=str(ensure_spark_jars()), PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
         env.update(PYSPARK_PYTHON=sys.executable, **{k: os.environ[k] for k in ("JAVA_HOME",) if k in os.environ})
         done = subprocess.run([sys.executable, "-m", "lagwatch", *args], capture_output=True, text=True, env=env,
                               timeout=600)  # fmt: skip

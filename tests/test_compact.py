@@ -29,7 +29,7 @@ KEYS = {"snapshots": ["cluster", "date", "taken_at", "ordinal"], "alerts": ["clu
 
 
 def _writer(lake: Path) -> LakeWriter:
-    return LakeWriter(LakeConfig(enabled=True, path=str(lake)))
+    return LakeWriter(LakeConfig(enabled=True, path=str(lake), format="parquet"))  # its file layout
 
 
 def _age(lake: Path, hours: float = 2.0) -> None:
@@ -315,3 +315,33 @@ def test_the_spark_jobs_read_no_row_twice_after_a_crashed_compact(
     assert kept is not None and len(kept) == 1 + 6  # day 1: the merged file alone; day 2 (not merged yet) whole
     assert read_snapshots(spark, str(lake)).count() == expected
     assert read_snapshots(spark, str(lake), since=T0 + DAY).count() == expected // 2
+
+
+def test_a_delta_lake_is_optimized_and_vacuumed_with_every_row_kept(tmp_path: Path) -> None:
+    """On Delta tables compact is OPTIMIZE (each old partition's small files into one) and VACUUM, by delta-rs;
+    the table's rows are the same, and a second run changes nothing."""
+    from deltalake import DeltaTable
+
+    lake = tmp_path / "lake"
+    w = LakeWriter(LakeConfig(enabled=True, path=str(lake)))  # a new lake: Delta
+    p = Pipeline()
+    for day in (0, 1):
+        for i in range(4):
+            s = rich_snapshot(T0 + day * DAY + i * 30)
+            w.record(s, p.step(s), p.book)
+            assert w.flush()
+    assert w.format == "delta"
+
+    def current() -> tuple[Any, int]:
+        table = DeltaTable(str(lake / "snapshots"))
+        data = table.to_pyarrow_dataset().to_table().to_pandas()
+        return data.sort_values(KEYS["snapshots"]).reset_index(drop=True), len(table.file_uris())
+
+    before, files_before = current()
+    assert files_before == 8
+    summary = compact.compact_lake(str(lake), "snapshots", older_than_hours=0, say=lambda _: None)
+    after, files_after = current()
+    assert files_after == 2 and summary.partitions_compacted == 2 and summary.files_before == 8
+    pd.testing.assert_frame_equal(after, before)
+    again = compact.compact_lake(str(lake), "snapshots", older_than_hours=0, say=lambda _: None)
+    assert again.partitions_compacted == 0 and current()[1] == 2

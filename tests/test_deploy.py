@@ -64,10 +64,10 @@ def test_deployment_probes_security_and_no_secret_in_argv() -> None:
 
 def test_the_pipeline_image_pins_the_s3_connector_the_tests_run_with() -> None:
     """The Spark tests on S3 load hadoop-aws and the AWS SDK bundle checked against these SHA-256s: the image's."""
-    from tests.s3a_jars import S3A_JARS
+    from tests.spark_jars import SPARK_JARS
 
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    for artifact, (jar, digest) in S3A_JARS.items():
+    for artifact, (jar, digest) in SPARK_JARS.items():
         group, name, version = artifact.split(":")
         assert f"{group.replace('.', '/')}/{name}/{version}/{jar}" in dockerfile
         assert f"{digest} {jar}" in dockerfile

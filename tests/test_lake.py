@@ -110,7 +110,7 @@ def test_snapshots_come_back_equal_through_parquet(tmp_path: Path) -> None:
 
 
 def test_schema_version_in_every_row_and_in_the_file_metadata(tmp_path: Path) -> None:
-    lake = writer(tmp_path)
+    lake = writer(tmp_path, format="parquet")  # its files
     p = Pipeline()
     s = rich_snapshot(T0)
     lake.record(s, p.step(s), p.book)
@@ -125,7 +125,7 @@ def test_schema_version_in_every_row_and_in_the_file_metadata(tmp_path: Path) ->
 
 
 def test_a_file_is_invisible_until_complete(tmp_path: Path) -> None:
-    lake = writer(tmp_path)
+    lake = writer(tmp_path, format="parquet")
     p = Pipeline()
     s = rich_snapshot(T0)
     lake.record(s, p.step(s), p.book)
@@ -377,3 +377,49 @@ def test_a_replayed_restart_with_new_labels_goes_on_with_the_incident_as_the_dae
     fired = sorted((r["labels_json"], r["fired_at"] - T0) for r in out if r["kind"] == "alert")
     assert fired == [('{"cluster": "c", "group": "g", "team": "payments", "topic": "orders"}', 60), (
         '{"cluster": "c", "group": "g", "topic": "orders"}', 60)]  # fmt: skip
+
+
+def test_a_new_lake_is_delta_tables_that_read_back_equal(tmp_path: Path) -> None:
+    """Delta Lake, appended by delta-rs: one table per dataset, partitioned by cluster and date, every poll back
+    equal; a restarted daemon (another writer) appends to the same tables; retention deletes whole dates."""
+    from deltalake import DeltaTable
+
+    from lagwatch.lake.writer import prune_delta
+
+    polls = [rich_snapshot(T0), ClusterSnapshot("c", T0 + 1, 5.0, error="timed out", error_kind="timeout")]
+    p = Pipeline()
+    lake = writer(tmp_path)
+    lake.record_config("c", {"lag": {}}, {"group_wait_s": 0}, 90.0, False, 30.0, p.book)
+    for s in polls:
+        lake.record(s, p.step(s), p.book)
+    assert lake.flush() and lake.format == "delta"
+    restarted = writer(tmp_path)
+    later = rich_snapshot(T0 + 86400)  # the next day
+    restarted.record(later, p.step(later), p.book)
+    assert restarted.flush() and restarted.format == "delta"
+    table = DeltaTable(str(tmp_path / "lake" / "snapshots"))
+    assert table.metadata().partition_columns == ["cluster", "date"] and table.version() == 1
+    rows = pa.table(table.to_pyarrow_dataset().to_table()).to_pandas().to_dict("records")
+    assert codec.snapshots_from_rows("c", rows) == [*polls, later]
+    assert table.history(1)[0]["lagwatch.schema_version"] == str(codec.SCHEMA_VERSION)
+    assert DeltaTable(str(tmp_path / "lake" / "config")).to_pyarrow_dataset().count_rows() == 1
+    assert prune_delta(str(tmp_path / "lake"), str(tmp_path / "lake"), None, 1, T0 + 86400 * 2) > 0
+    dates = set(
+        DeltaTable(str(tmp_path / "lake" / "snapshots")).to_pyarrow_dataset().to_table().column("date").to_pylist()
+    )
+    assert dates == {codec.date_of(T0 + 86400)}
+
+
+def test_a_parquet_lake_written_before_delta_is_kept_and_read_as_it_is(tmp_path: Path) -> None:
+    p = Pipeline()
+    old = writer(tmp_path, format="parquet")
+    s = rich_snapshot(T0)
+    old.record(s, p.step(s), p.book)
+    assert old.flush()
+    upgraded = writer(tmp_path)  # lake.format auto, as after an upgrade
+    s2 = rich_snapshot(T0 + 1)
+    upgraded.record(s2, p.step(s2), p.book)
+    assert upgraded.flush() and upgraded.format == "parquet"
+    assert not (tmp_path / "lake" / "snapshots" / "_delta_log").exists()
+    rows = read(tmp_path / "lake", "snapshots").to_pandas().to_dict("records")
+    assert codec.snapshots_from_rows("c", rows) == [s, s2]

@@ -24,8 +24,13 @@ from tests.test_lake import T0, FakePoller, rich_snapshot  # noqa: E402
 
 
 def read_s3(server: S3Server, prefix: str, dataset: str) -> Any:
-    return ds.dataset(f"{server.bucket}/{prefix}/{dataset}", filesystem=server.filesystem(), format="parquet",
-                      partitioning="hive").to_table()  # fmt: skip
+    """The dataset as a reader sees it: a Delta table's current version, else the Parquet files."""
+    from deltalake import DeltaTable
+
+    path = f"{server.bucket}/{prefix}/{dataset}"
+    if server.filesystem().get_file_info(f"{path}/_delta_log").type.name == "Directory":
+        return DeltaTable(f"s3://{path}", storage_options=server.delta_options()).to_pyarrow_dataset().to_table()
+    return ds.dataset(path, filesystem=server.filesystem(), format="parquet", partitioning="hive").to_table()
 
 
 def daemon_on(server: S3Server, tmp_path: Path, prefix: str, **lake: Any) -> Daemon:

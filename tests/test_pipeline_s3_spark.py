@@ -19,7 +19,7 @@ import pyarrow.dataset as ds  # noqa: E402
 from pyarrow import fs  # noqa: E402
 
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server  # noqa: E402
-from tests.s3a_jars import ensure_s3a_jars  # noqa: E402
+from tests.spark_jars import ensure_spark_jars  # noqa: E402
 from tests.test_report_spark import POLLS, write_lake  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -36,7 +36,7 @@ def s3_lake(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> st
 
 def job_env(tmp_path: Path, s3_server: S3Server, with_keys: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(HOME=str(tmp_path), LAGWATCH_SPARK_JARS=str(ensure_s3a_jars()), PYSPARK_PYTHON=sys.executable)
+    env.update(HOME=str(tmp_path), LAGWATCH_SPARK_JARS=str(ensure_spark_jars()), PYSPARK_PYTHON=sys.executable)
     env["LAGWATCH_SPARK_LOG"] = str(tmp_path / "spark.log")
     if with_keys:
         env.update(s3_server.env())
@@ -93,18 +93,42 @@ def test_backtest_with_only_the_lake_url_and_the_aws_variables(
     assert (alerts.kind == "alert").sum() > 0
 
 
+def delta_table(s3_server: S3Server, path: str) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(f"s3://{s3_server.bucket}/{path}", storage_options=s3_server.delta_options())
+
+
 def test_compact_on_s3_keeps_every_row(s3_server: S3Server, s3_lake: str, tmp_path: Path) -> None:
+    """OPTIMIZE and VACUUM by delta-rs on the store (no Spark, no Java), the daemon's own file."""
     config, secrets = daemon_file(tmp_path, s3_server, s3_lake)
-    s3 = s3_server.filesystem()
-
-    def snapshots() -> Any:
-        return ds.dataset(f"{s3_server.bucket}/{s3_lake}/snapshots", filesystem=s3, format="parquet",
-                          partitioning="hive")  # fmt: skip
-
-    before = snapshots()
-    rows, files = before.count_rows(), len(before.files)
+    before = delta_table(s3_server, f"{s3_lake}/snapshots")
+    rows, files = before.to_pyarrow_dataset().count_rows(), len(before.file_uris())
     env = {**job_env(tmp_path, s3_server, with_keys=False), "LAGWATCH_SECRETS_DIR": str(secrets)}
     done = lagwatch("pipeline", "compact", "--config", str(config), "--older-than-hours", "0", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    after = snapshots()
-    assert after.count_rows() == rows and len(after.files) == 2 < files  # one file per (cluster, date)
+    after = delta_table(s3_server, f"{s3_lake}/snapshots")
+    assert after.to_pyarrow_dataset().count_rows() == rows and len(after.file_uris()) == 2 < files  # a file a day
+
+
+def test_duckdb_reads_the_same_lake_on_s3(s3_server: S3Server, s3_lake: str) -> None:
+    """A second engine on the same tables, as a data engineer would point it at the bucket: DuckDB's delta_scan
+    (its extensions from PyPI), the same rows as delta-rs reads."""
+    duckdb = pytest.importorskip("duckdb")
+    import duckdb_ext
+
+    extensions = next(Path(next(iter(duckdb_ext.__path__))).glob("extensions/*/*"))
+    con = duckdb.connect()
+    for name in ("httpfs", "delta"):
+        con.execute(f"LOAD '{extensions}/{name}.duckdb_extension'")
+    endpoint = s3_server.endpoint.removeprefix("http://")
+    con.execute(f"CREATE SECRET lake (TYPE s3, KEY_ID '{ACCESS_KEY}', SECRET '{SECRET_KEY}', ENDPOINT '{endpoint}', "
+                "URL_STYLE 'path', USE_SSL false, REGION 'us-east-1')")  # fmt: skip
+    uri = f"s3://{s3_server.bucket}/{s3_lake}/snapshots"
+    ((polls, groups),) = con.execute(
+        f"SELECT count(*) FILTER (WHERE row_kind = 'poll'), count(DISTINCT \"group\") FROM delta_scan('{uri}')"
+    ).fetchall()
+    assert polls == POLLS and groups == 3
+    assert con.execute(f"SELECT count(*) FROM delta_scan('{uri}')").fetchone() == (
+        delta_table(s3_server, f"{s3_lake}/snapshots").to_pyarrow_dataset().count_rows(),
+    )

@@ -515,9 +515,11 @@ def test_a_failed_report_leaves_the_previous_one_and_creates_nothing(tmp_path: P
     write_small_lake(lake, "c")
     run_report(str(lake), str(out), spark=spark, plotted_groups=0)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
-    (next((lake / "snapshots").rglob("part-*.parquet")).parent / "part-zz-truncated.parquet").write_bytes(b"PAR1xx")
+    # A file of the (Delta) table damaged: a file beside the table, in no commit, is rightly not read at all.
+    victim = next((lake / "snapshots").rglob("part-*.parquet"))
+    victim.write_bytes(b"PAR1xx")
     for target in (out, tmp_path / "new" / "deeper"):
-        with pytest.raises(LagwatchError, match=r"^the Spark job failed: .*part-zz-truncated") as e:
+        with pytest.raises(LagwatchError, match=r"^the Spark job failed: ") as e:
             run_report(str(lake), str(target), spark=spark, plotted_groups=0)
         assert "\n" not in str(e.value)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # the previous report, untouched

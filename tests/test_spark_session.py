@@ -102,7 +102,9 @@ def test_spark_submit_conf_wins_over_lagwatchs_defaults(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a Python without lagwatch's extra")
-def test_a_failing_executor_says_its_cause_in_one_line_and_spark_logs_to_a_file(tmp_path: Path) -> None:
+def test_a_failing_executor_says_its_cause_in_one_line_and_spark_logs_to_a_file(
+    tmp_path: Path, spark_jars: Path
+) -> None:
     """A real job whose executors run a Python without pyarrow (Debian's own): one line naming the missing module
     (it was "An exception was thrown from the Python worker:", the cause only in a Java stack trace), and nothing
     of Spark's on the console: its warnings and that stack trace are in the log file the job names."""

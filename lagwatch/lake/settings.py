@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -71,6 +72,9 @@ class LakeConfig(BaseModel):
     # While the target refuses writes, rows stay buffered up to this many; past it the oldest polls are dropped
     # (counted), so memory stays bounded.
     max_buffer_rows: int = Field(default=2_000_000, ge=1)
+    # delta: Delta Lake tables (appended by delta-rs, read by Spark with delta-spark, DuckDB, Trino...); parquet:
+    # Hive-partitioned Parquet files (lakes before Delta); auto: what the lake already is, Delta for a new one.
+    format: Literal["auto", "delta", "parquet"] = "auto"
     s3: S3Access = S3Access()
 
     @field_validator("enabled")

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from lagwatch.alerts import AlertState
 from lagwatch.errors import ConfigError, LagwatchError
 from lagwatch.lake.settings import is_s3
-from lagwatch.pipeline.lake_read import ClusterParams, ParamsTimeline, check_lake, recorded_params
+from lagwatch.pipeline.lake_read import ClusterParams, ParamsTimeline, check_lake, lake_format, recorded_params
 from lagwatch.pipeline.times import iso, range_text, time_arg
 from lagwatch.pipeline.whatif import (
     CandidateTotals,
@@ -598,7 +598,8 @@ def backtest(
         from lagwatch.pipeline.session import spark_session
 
         _say("starting Spark")
-        spark = spark_session(app="lagwatch-backtest", kafka=False, s3=is_s3(lake) or is_s3(output))
+        delta = lake_format(lake) == "delta"
+        spark = spark_session(app="lagwatch-backtest", kafka=False, s3=is_s3(lake) or is_s3(output), delta=delta)
 
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")  # cluster=123 is a name
     from lagwatch.lake.codec import SNAPSHOT_COLUMNS
@@ -923,7 +924,9 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         master = default_master(args.master)  # under spark-submit: its master, its settings over lagwatch's
         _say(f"starting Spark ({master or 'from spark-submit'})")
         s3 = is_s3(args.lake) or is_s3(args.output)
-        spark = spark_session(master=master, app="lagwatch-backtest", kafka=False, s3=s3)
+        check_lake(args.lake, "backtest", BacktestError)  # no lake there: one line, before Spark starts
+        delta = lake_format(args.lake) == "delta"
+        spark = spark_session(master=master, app="lagwatch-backtest", kafka=False, s3=s3, delta=delta)
     try:
         run_backtest(args.lake, args.config, args.output, args.since, args.until, spark)
     except LagwatchError:

@@ -40,7 +40,7 @@ JOBS: dict[str, tuple[str, str]] = {
     ),
     "compact": (
         "lagwatch.pipeline.compact",
-        "merge the lake's small Parquet files into one per partition, safely while the daemon writes",
+        "OPTIMIZE and VACUUM the lake's Delta tables (a Parquet lake: merge its small files), while the daemon writes",
     ),
 }
 

@@ -124,12 +124,36 @@ def read_config(spark: Any, lake: str) -> Any:
     return _read(spark, lake, "config", CONFIG_COLUMNS)
 
 
+_FORMATS: dict[str, str] = {}
+
+
+def lake_format(lake: str) -> str:
+    """`delta` or `parquet`: what the lake is (a Delta log beside the snapshots' files, or none); asked once."""
+    if lake not in _FORMATS:
+        from lagwatch.lake.writer import open_filesystem, resolve_format
+
+        filesystem, root = open_filesystem(lake)
+        _FORMATS[lake] = resolve_format(filesystem, root, "auto")
+    return _FORMATS[lake]
+
+
 def _read(spark: Any, lake: str, dataset: str, columns: Mapping[str, str]) -> Any:
-    """A dataset of the lake, without the files a crashed `compact` left beside their merged file (read with it,
-    every row of them counted twice: a report doubled every lag)."""
+    """A dataset of the lake: a Delta table's current version (with the codec's columns, those an older schema
+    version lacks as null), or the Parquet files without those a crashed `compact` left beside their merged file
+    (read with it, every row of them counted twice: a report doubled every lag)."""
     from lagwatch.pipeline.compact import readable_files
 
     base = f"{spark_uri(lake)}/{dataset}"
+    if lake_format(lake) == "delta":
+        from pyspark.sql import functions as F
+
+        df = spark.read.format("delta").load(base)
+        present = set(df.columns)
+        typed = [
+            (F.col(f"`{name}`") if name in present else F.lit(None)).cast(_SPARK_TYPES[kind]).alias(name)
+            for name, kind in {**columns, "cluster": "string", "date": "string"}.items()
+        ]
+        return df.select(*typed)
     reader = spark.read.schema(spark_schema(columns))
     try:
         files = readable_files(lake, dataset)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from lagwatch.errors import LagwatchError
 from lagwatch.escape import slack_code, slack_text
-from lagwatch.pipeline.lake_read import check_lake, recorded_params
+from lagwatch.pipeline.lake_read import check_lake, lake_format, recorded_params
 from lagwatch.pipeline.thresholds import lag_thresholds
 from lagwatch.pipeline.times import iso, range_text, time_arg
 
@@ -480,7 +480,8 @@ def _report_on_spark(
         from lagwatch.lake.settings import is_s3
 
         s3 = is_s3(lake) or is_s3(output)
-        spark = spark_session(master=master, app="lagwatch-report", kafka=False, s3=s3)
+        delta = lake_format(lake) == "delta"
+        spark = spark_session(master=master, app="lagwatch-report", kafka=False, s3=s3, delta=delta)
 
     from lagwatch.pipeline.lake_read import polls_per_cluster, read_snapshots
 

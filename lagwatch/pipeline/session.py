@@ -31,19 +31,30 @@ HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 HADOOP_AWS_JAR = "hadoop-aws-3.5.0.jar"
 
 
-def connector_conf(spark_version: str, jars_dir: str | None, kafka: bool = True, s3: bool = False) -> dict[str, str]:
-    """Spark settings that load the Kafka connector (`kafka`) and Hadoop's S3 connector (`s3`): every jar of
-    `jars_dir` when it has either of them (the pipeline image's), else Ivy resolving what is missing from Maven
-    Central (`spark.jars.packages`)."""
+# Delta Lake's Spark connector for the lake's tables: 4.4.0 is the release built against Spark 4.2.0 (4.1.0-4.3.1
+# against Spark 4.1). Spark reads the tables; every write to them stays with delta-rs (the daemon, compact):
+# delta-spark 4.4.0's only S3 log store cannot keep two writers apart.
+DELTA_SPARK = f"io.delta:delta-spark_{SCALA}:4.4.0"
+DELTA_SPARK_JAR = f"delta-spark_{SCALA}-4.4.0.jar"
+
+
+def connector_conf(
+    spark_version: str, jars_dir: str | None, kafka: bool = True, s3: bool = False, delta: bool = False
+) -> dict[str, str]:
+    """Spark settings that load the Kafka connector (`kafka`), Hadoop's S3 connector (`s3`) and Delta Lake's
+    (`delta`): every jar of `jars_dir` when it has any of them (the pipeline image's), else Ivy resolving what is
+    missing from Maven Central (`spark.jars.packages`)."""
     jars = sorted(Path(jars_dir).glob("*.jar")) if jars_dir else []
     names = {jar.name for jar in jars}
-    has_kafka = f"spark-sql-kafka-0-10_{SCALA}-{spark_version}.jar" in names
-    has_s3 = HADOOP_AWS_JAR in names
+    wanted = {
+        kafka_connector(spark_version): (kafka, f"spark-sql-kafka-0-10_{SCALA}-{spark_version}.jar" in names),
+        HADOOP_AWS: (s3, HADOOP_AWS_JAR in names),
+        DELTA_SPARK: (delta, DELTA_SPARK_JAR in names),
+    }
     conf: dict[str, str] = {}
-    if (kafka and has_kafka) or (s3 and has_s3):
+    if any(want and has for want, has in wanted.values()):
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
-    packages = [*([kafka_connector(spark_version)] if kafka and not has_kafka else []),
-                *([HADOOP_AWS] if s3 and not has_s3 else [])]  # fmt: skip
+    packages = [package for package, (want, has) in wanted.items() if want and not has]
     if packages:
         conf["spark.jars.packages"] = ",".join(packages)
         conf["spark.jars.excludes"] = "at.yawk.lz4:lz4-java,org.xerial.snappy:snappy-java"
@@ -132,7 +143,12 @@ def _launch_conf(log: str, jars: dict[str, str]) -> Any:
 
 
 def spark_session(
-    master: str | None = "local[2]", app: str = "lagwatch", kafka: bool = True, s3: bool = False, **conf: str
+    master: str | None = "local[2]",
+    app: str = "lagwatch",
+    kafka: bool = True,
+    s3: bool = False,
+    delta: bool = False,
+    **conf: str,
 ) -> Any:
     """The session (getOrCreate). `master` None leaves the master to spark-submit. `kafka` False: without the Kafka
     connector (the lake's jobs read Parquet only: no Ivy resolution, nothing fetched). `s3`: with Hadoop's S3
@@ -151,7 +167,9 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     launched = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
     log = spark_log_path() if launched else None
-    jars = connector_conf(pyspark.__version__, os.environ.get(JARS_ENV), kafka, s3) if kafka or s3 else {}
+    jars = (
+        connector_conf(pyspark.__version__, os.environ.get(JARS_ENV), kafka, s3, delta) if kafka or s3 or delta else {}
+    )
     try:
         # The JVM first (spark-submit's, or one started here), so that what it was given can be read back. One
         # started here writes its stderr to the log too: Java's and the AWS SDK's own lines (SLF4J's binder
@@ -183,6 +201,9 @@ def spark_session(
     wanted.update(DEFAULTS)
     if s3:
         wanted.update(s3a_conf())
+    if delta:  # reading by path needs only the data source; the extension makes `delta.`path`` SQL work too
+        wanted["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+        wanted["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     wanted.update({key.replace("__", "."): value for key, value in conf.items()})
     for key, value in wanted.items():
         if key not in given:

@@ -1,5 +1,6 @@
-"""Hadoop's S3 connector for the Spark tests on S3, fetched once with Maven (as the Kafka jars are) into
-~/.cache/lagwatch/spark-s3a and checked against the SHA-256s the pipeline image pins (deploy/Dockerfile)."""
+"""The Spark connectors the pipeline image bakes in besides Kafka's: Hadoop's S3 connector and Delta Lake's, fetched
+once with Maven (as the Kafka jars are) into ~/.cache/lagwatch/spark-jars and checked against the SHA-256s the
+image pins (deploy/Dockerfile). The tests' Spark sessions load them from there (LAGWATCH_SPARK_JARS)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from lagwatch.devbroker.jars import cache_root, require_tool
 
 # artifact -> (jar, sha256): the same pins as deploy/Dockerfile's spark-jars stage (a test checks they agree).
-S3A_JARS = {
+SPARK_JARS = {
     "org.apache.hadoop:hadoop-aws:3.5.0": (
         "hadoop-aws-3.5.0.jar",
         "66bd9eefb938b1a1657487324b63c13df2d8b17164a1dd24e0ef37b905bc5baa",
@@ -23,6 +24,14 @@ S3A_JARS = {
         "analyticsaccelerator-s3-1.3.1.jar",
         "4959a9747cbb479c73c3ffbcd479bee5b014f8b2880994585a8693fb9d24675e",
     ),
+    "io.delta:delta-spark_2.13:4.4.0": (
+        "delta-spark_2.13-4.4.0.jar",
+        "27d4fd8b1f879535c573ed1c718177d6a27f24d3e626ba02e216369725721ead",
+    ),
+    "io.delta:delta-storage:4.4.0": (
+        "delta-storage-4.4.0.jar",
+        "c46735481fa8e326b0957be02b4420cbcab4b325bb08009b7f2045a95133f1cc",
+    ),
 }
 
 
@@ -34,14 +43,14 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def ensure_s3a_jars() -> Path:
-    target = cache_root() / "spark-s3a" / "hadoop-3.5.0"
+def ensure_spark_jars() -> Path:
+    target = cache_root() / "spark-jars" / "hadoop-3.5.0-delta-4.4.0"
     done = target / ".complete"
     if done.exists():
         return target
     mvn = require_tool("mvn", "Maven (apt-get install maven)")
     target.mkdir(parents=True, exist_ok=True)
-    for artifact, (jar, digest) in S3A_JARS.items():
+    for artifact, (jar, digest) in SPARK_JARS.items():
         if not (target / jar).exists():
             subprocess.run([mvn, "-B", "-q", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={target}"],
                            check=True, capture_output=True, timeout=1800)  # fmt: skip
