@@ -86,6 +86,9 @@ test-long: system-deps $(VENV)/.installed
 
 test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
+	@# The S3 and Delta Lake connectors the pipeline image bakes in, for the Spark tests (once, before the two
+	@# workers could both fetch them): 16 s for the 686 MB AWS SDK bundle from Maven Central.
+	$(PY) -c 'from tests.spark_jars import ensure_spark_jars; ensure_spark_jars()'
 	$(VENV)/bin/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	@for entry in $(OLDER_KAFKA); do \
 	  version=$${entry%%:*}; extra=$${entry#*:}; \

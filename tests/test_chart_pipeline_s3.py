@@ -115,6 +115,11 @@ def test_the_charts_cronjobs_run_on_the_lake_the_daemon_wrote(s3_server: S3Serve
                               timeout=600)  # fmt: skip
         assert done.returncode == 0, f"{name}: {args}\n{done.stderr[-3000:]}"
         assert SECRET_KEY not in done.stdout + done.stderr and SECRET_KEY not in " ".join(args)
+        # lagwatch's progress lines only: Spark's and the JVM's own are in Spark's log file.
+        assert [line for line in done.stderr.splitlines() if not line.startswith(("report: ", "compact: ",
+                "lagwatch: "))] == [], done.stderr  # fmt: skip
+        if name == "pipeline-report":
+            assert "thresholds: the configuration the daemon recorded" in done.stderr
     day = datetime.now(UTC).strftime("%Y-%m-%d")
     daily = ds.dataset(f"lake/chart/reports/{day}/group_daily", filesystem=s3, format="parquet").to_table()
     assert daily.column("group").to_pylist() == ["orders-app"] and daily.column("polls").to_pylist() == [30]

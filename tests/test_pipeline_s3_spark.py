@@ -1,13 +1,13 @@
-"""The Spark jobs on a lake in a real S3-compatible server (SeaweedFS), each run as its own process the way the
-chart's CronJobs run it (the daemon's file with the lake's URL and endpoint, the keys in the secrets directory;
-Hadoop's s3a connector from LAGWATCH_SPARK_JARS), or with only --lake and the AWS variables."""
+"""The jobs on a Delta lake in a real S3-compatible server (SeaweedFS), each run as its own process: with the
+daemon's file (the lake's URL and endpoint, the keys in the secrets directory) or with only --lake and the AWS
+variables; Hadoop's s3a and Delta's connectors from LAGWATCH_SPARK_JARS. DuckDB reads the same tables. The report
+with the daemon's file runs in tests/test_chart_pipeline_s3.py, as the chart's CronJob runs it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,24 +59,6 @@ def daemon_file(tmp_path: Path, s3_server: S3Server, prefix: str) -> tuple[Path,
 def lagwatch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "lagwatch", *args], capture_output=True, text=True, env=env,
                           timeout=600)  # fmt: skip
-
-
-def test_report_reads_and_writes_the_lake_on_s3_with_the_daemons_file(
-    s3_server: S3Server, s3_lake: str, tmp_path: Path
-) -> None:
-    config, secrets = daemon_file(tmp_path, s3_server, s3_lake)
-    env = {**job_env(tmp_path, s3_server, with_keys=False), "LAGWATCH_SECRETS_DIR": str(secrets)}
-    done = lagwatch("pipeline", "report", "--config", str(config), env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "thresholds: the configuration the daemon recorded" in done.stderr
-    assert SECRET_KEY not in done.stderr + done.stdout and SECRET_KEY not in " ".join(done.args)
-    assert [line for line in done.stderr.splitlines() if not line.startswith(("report: ", "lagwatch: "))] == []
-    day = datetime.now(UTC).strftime("%Y-%m-%d")
-    out = f"{s3_server.bucket}/{s3_lake}/reports/{day}"
-    s3 = s3_server.filesystem()
-    assert s3.get_file_info(f"{out}/report.html").size > 10_000
-    daily = ds.dataset(f"{out}/group_daily", filesystem=s3, format="parquet").to_table().to_pandas()
-    assert len(daily) == 6 and daily.polls.sum() == 3 * POLLS  # 3 groups on 2 days, every poll
 
 
 def test_backtest_with_only_the_lake_url_and_the_aws_variables(
