@@ -244,7 +244,8 @@ def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     tmp = path.with_name(f".tmp-{path.name}")
     shutil.rmtree(tmp, ignore_errors=True)
-    writer = LakeWriter(LakeConfig(enabled=True, path=str(tmp)), clock=lambda: START - 60)
+    # The Parquet layout (the benches' cached lakes are Parquet; a Delta lake's appends go through delta-rs).
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(tmp), format="parquet"), clock=lambda: START - 60)
     alerts = AlertsConfig()
     # The daemon's own start: the configuration in force (its defaults), a minute before the first poll.
     writer.record_config(
@@ -268,7 +269,7 @@ def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     def roll() -> None:
         if pending:
             # The writer's own file code (private, but it is what makes the files byte-for-byte the daemon's).
-            writer._write("snapshots", CLUSTER, pending_date, pending)
+            writer._write("snapshots", CLUSTER, pending_date, writer._new_name(), pending)
             pending.clear()
 
     for i in range(polls):
