@@ -75,7 +75,8 @@ def steady_backlog(i: int, partition: int) -> int:
 
 def write_lake(root: Path) -> None:
     pipeline = Pipeline(rules=RULES, max_gap_s=3 * POLL_S)
-    writer = LakeWriter(LakeConfig(enabled=True, path=str(root), retention_days=0))
+    # Recorded as a daemon started just before its first poll (a job given --until finds it in force).
+    writer = LakeWriter(LakeConfig(enabled=True, path=str(root), retention_days=0), clock=lambda: T0 - 60)
     writer.record_config("c", RULES, {"group_wait_s": 0}, 3 * POLL_S, False, POLL_S, pipeline.book)
     produced = 0
     for i in range(POLLS):
