@@ -3,9 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 KAFKA_VERSION ?= 4.4.0
-# Older brokers lagwatch supports, each with a focused run after the main one, so that a change that breaks them
-# fails CI: `check` equal to kafka-consumer-groups on every row, a poll of every group kind, __consumer_offsets
-# decoded (and KIP-848 and share groups on 4.1). About 20-60 s each.
+# Older brokers lagwatch supports, each with a focused run in `make test-long` (CI runs it after `make test`), so
+# that a change that breaks them fails CI: `check` equal to kafka-consumer-groups on every row, a poll of every
+# group kind, __consumer_offsets decoded (and KIP-848 and share groups on 4.1). About 20-60 s each.
 OLDER_KAFKA_TESTS := tests/test_collect_kafka.py tests/test_exact_clocks_kafka.py
 OLDER_KAFKA := 4.1.2:tests/test_kip848_kafka.py:tests/test_share_groups_kafka.py 3.9.2:
 
@@ -77,25 +77,26 @@ lint: docs
 # broker scenarios (an outage, offsets expiring), so two run at once. 15 min in one process, 9 in two (2 cores).
 # Each worker starts its own broker; PYTEST_WORKERS= runs everything in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
-# The demo for ten minutes, as a person runs it (`lagwatch run`): it pages only for what is wrong. Minutes of wall
-# time, so not in `make test`; CI runs it after (.ci/run).
-.PHONY: test-long
-test-long: system-deps $(VENV)/.installed
-	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
-	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py
-
 test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	@# The S3 and Delta Lake connectors the pipeline image bakes in, for the Spark tests (once, before the two
 	@# workers could both fetch them): 16 s for the 686 MB AWS SDK bundle from Maven Central.
 	$(PY) -c 'from tests.spark_jars import ensure_spark_jars; ensure_spark_jars()'
 	$(VENV)/bin/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# What CI runs after `make test` (.ci/run), minutes of wall time each, kept out of the default run to keep it under
+# 15 minutes: the older brokers' focused runs, and the demo for ten minutes as a person runs it (`lagwatch run`),
+# which must page only for what is wrong.
+.PHONY: test-long
+test-long: system-deps $(VENV)/.installed
 	@for entry in $(OLDER_KAFKA); do \
 	  version=$${entry%%:*}; extra=$${entry#*:}; \
 	  extra=$${extra//:/ }; echo "== Kafka $$version: $(OLDER_KAFKA_TESTS) $$extra"; \
 	  LAGWATCH_TEST_KAFKA_VERSION=$$version $(VENV)/bin/pytest -q -m kafka -p no:cacheprovider \
 	    $(OLDER_KAFKA_TESTS) $$extra || exit 1; \
 	done
+	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
+	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py
 
 bench: system-deps $(VENV)/.installed
 	$(PY) bench/poll_bench.py $(BENCH_ARGS)

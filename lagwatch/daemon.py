@@ -173,6 +173,7 @@ class Daemon:
             clusters=clusters,
         )
         book = restored.book
+        self.store.db.sequence_moved_at_start(book.sequence)
         for table, key, why in restored.rejected:
             # Never crash on it, never wipe the rest silently: kept aside for inspection.
             log.error("saved alert state of an unknown shape set aside", extra={"table": table, "key": key})

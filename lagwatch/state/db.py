@@ -501,6 +501,13 @@ class StateDatabase:
         self._set_aside_row(table, key, row[0] if row else None, why)
         self._written[table].pop(key, None)
 
+    def sequence_moved_at_start(self, sequence: int) -> None:
+        """The notification sequence as the start moved it past the clock (alerts.restart), taken as written: a
+        start with nothing else to save writes nothing (on a full disk every start was unready for it alone), and a
+        crash before the next save loses nothing, as the next start moves it past the clock again."""
+        with self._lock:
+            self._written.setdefault("meta", {})["sequence"] = str(sequence)
+
     def save(
         self, book: AlertBook | None, outbox: Any, figures: bool = False, groups: Mapping[str, Any] | None = None
     ) -> int:
