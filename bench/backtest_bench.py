@@ -221,6 +221,18 @@ class Generator:
 # -- the lake on disk --------------------------------------------------------------------------------------------------
 
 
+def lake_of(root: Path, key: str) -> tuple[Path, dict[str, Any] | None]:
+    """Where the generated lake named `key` goes under `root`, and its manifest if it was generated before (the
+    benches that share this generator reuse a lake rather than make it again: minutes at a week)."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / key
+    if not (path / "manifest.json").exists():
+        return path, None
+    say(f"reusing the lake at {path}")
+    manifest: dict[str, Any] = json.loads((path / "manifest.json").read_text())
+    return path, manifest
+
+
 def lake_key(args: argparse.Namespace) -> str:
     params = {
         "groups": args.groups,
@@ -525,12 +537,8 @@ def main() -> None:
     args = parser.parse_args()
 
     root = Path(args.lake)
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / lake_key(args)
-    if (path / "manifest.json").exists():
-        manifest = json.loads((path / "manifest.json").read_text())
-        say(f"reusing the lake at {path}")
-    else:
+    path, manifest = lake_of(root, lake_key(args))
+    if manifest is None:
         polls = round(args.days * 86400 / args.interval)
         say(f"generating {polls:,} polls of {args.groups} x {args.partitions} into {path} ...")
         manifest = generate(path, args)

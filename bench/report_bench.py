@@ -12,28 +12,15 @@ pandas in one process from the same files (what a person would write without Spa
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _backtest_bench() -> Any:
-    spec = importlib.util.spec_from_file_location("backtest_bench", Path(__file__).with_name("backtest_bench.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["backtest_bench"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+# bench/ is the script's own directory, first on sys.path: the generator and the lake it makes are shared.
+import backtest_bench as bb
+from backtest_bench import lake_of, say
 
 
 def pandas_baseline(lake: Path) -> tuple[float, int]:
@@ -65,14 +52,9 @@ def main() -> None:
     parser.add_argument("--no-pandas", action="store_true", help="skip the pandas baseline")
     args = parser.parse_args()
 
-    bb = _backtest_bench()
     root = Path(args.lake)
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / bb.lake_key(args)
-    if (path / "manifest.json").exists():
-        manifest = json.loads((path / "manifest.json").read_text())
-        say(f"reusing the lake at {path}")
-    else:
+    path, manifest = lake_of(root, bb.lake_key(args))
+    if manifest is None:
         say(f"generating the lake into {path} (backtest_bench's generator) ...")
         manifest = bb.generate(path, args)
     rows, partition_rows = manifest["rows"], manifest["partition_rows"]

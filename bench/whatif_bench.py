@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import resource
@@ -30,6 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# bench/ is the script's own directory, first on sys.path: the generator and the lake it makes are shared.
+import backtest_bench as bb
+from backtest_bench import lake_of, say
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,21 +54,8 @@ CANDIDATES = {
 }
 
 
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _backtest_bench() -> Any:
-    spec = importlib.util.spec_from_file_location("backtest_bench", Path(__file__).with_name("backtest_bench.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["backtest_bench"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def bb_start() -> float:
-    return float(_backtest_bench().START)
+    return float(bb.START)
 
 
 def lake_key(args: argparse.Namespace) -> str:
@@ -83,7 +73,6 @@ def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     from lagwatch.rules import RuleResolver, RulesConfig
     from lagwatch.step import ClusterPipeline
 
-    bb = _backtest_bench()
     tmp = path.with_name(f".tmp-{path.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     now = [bb.START - 60]
@@ -132,12 +121,8 @@ def main() -> None:
     args = parser.parse_args()
 
     root = Path(args.lake)
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / lake_key(args)
-    if (path / "manifest.json").exists():
-        manifest = json.loads((path / "manifest.json").read_text())
-        say(f"reusing the lake at {path}")
-    else:
+    path, manifest = lake_of(root, lake_key(args))
+    if manifest is None:
         say(f"generating {args.days:g} days of {args.groups} x {args.partitions} at {args.interval:g} s into {path}")
         manifest = generate(path, args)
     if args.generate_only:

@@ -120,12 +120,18 @@ def test_sparse_bursts_are_not_a_stall() -> None:
     assert p.sent == []
 
 
-def test_stopped_consumer_is_one_incident_stopped_and_lag() -> None:
-    p = pipeline()
+def _keeping_up_for_90_s(p: Pipeline) -> int:
+    """A consumer 20 records behind at every poll for 90 s, 100 arriving a poll: the log end at the last poll."""
     end = 0
     for t in times(0, 90):
         end += 100
         p.step(snapshot(t, [group(committed={TP: end - 20})], {TP: end}))
+    return end
+
+
+def test_stopped_consumer_is_one_incident_stopped_and_lag() -> None:
+    p = pipeline()
+    end = _keeping_up_for_90_s(p)
     committed = end - 20
     fired_at: dict[str, float] = {}
     for t in times(90, 300):
@@ -1440,10 +1446,7 @@ def test_one_answer_without_an_empty_groups_offsets_ends_nothing_and_reports_no_
     and `lag` resolved, `expired` fired, and `stopped` paged again a window later. Offsets that stay gone are
     reported at the next poll, dated from the first that missed them."""
     p = pipeline()
-    end = 0
-    for t in times(0, 90):
-        end += 100
-        p.step(snapshot(t, [group(committed={TP: end - 20})], {TP: end}))
+    end = _keeping_up_for_90_s(p)
     committed = end - 20
     for i, t in enumerate(times(90, 300)):
         end += 100

@@ -15,16 +15,9 @@ if [ -x "$BIN" ] && "$BIN" version --template '{{.Version}}' 2>/dev/null | grep 
   echo "$BIN"
   exit 0
 fi
-if ! command -v go >/dev/null 2>&1; then
-  for g in /usr/local/go/bin/go /usr/lib/go/bin/go; do [ -x "$g" ] && PATH="$(dirname "$g"):$PATH" && break; done
-fi
-if ! command -v go >/dev/null 2>&1; then
-  echo "install-helm: installing Go from Debian (golang-go)" >&2
-  sudo=$([ "$(id -u)" = 0 ] || echo sudo)  # apt-get needs root
-  $sudo apt-get update -q >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go >&2
-fi
-# Helm's go.mod may need a newer Go than the one installed: GOTOOLCHAIN=auto fetches that toolchain as a module.
-export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# shellcheck source=go-env.sh
+source "$(dirname "$0")/go-env.sh"
+go_env install-helm
 mkdir -p "$CACHE"
 echo "install-helm: building helm $HELM_VERSION with $(go version | cut -d' ' -f3) from the Go module proxy" \
   "(one time, about 3-6 minutes on 2 cores; cached in $CACHE)" >&2

@@ -13,15 +13,9 @@ if [ -x "$BIN" ] && [ -f "$CACHE/.built" ] && "$BIN" version >/dev/null 2>&1; th
   echo "$BIN"
   exit 0
 fi
-if ! command -v go >/dev/null 2>&1; then
-  for g in /usr/local/go/bin/go /usr/lib/go/bin/go; do [ -x "$g" ] && PATH="$(dirname "$g"):$PATH" && break; done
-fi
-if ! command -v go >/dev/null 2>&1; then
-  echo "install-seaweedfs: installing Go from Debian (golang-go)" >&2
-  sudo=$([ "$(id -u)" = 0 ] || echo sudo)  # apt-get needs root
-  $sudo apt-get update -q >&2 && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go >&2
-fi
-export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
+# shellcheck source=go-env.sh
+source "$(dirname "$0")/go-env.sh"
+go_env install-seaweedfs
 mkdir -p "$CACHE"
 echo "install-seaweedfs: building SeaweedFS $SEAWEEDFS_VERSION with $(go version | cut -d' ' -f3) from the Go module" \
   "proxy (one time, about 8-9 minutes on 2 cores; cached in $CACHE)" >&2
