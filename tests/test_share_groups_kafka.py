@@ -1,7 +1,8 @@
 """Share groups (KIP-932, Kafka 4.1+) on the real broker, with Kafka's own console share consumer and a small share
 consumer (tests/clients/QueueWorker.java). lagwatch skipped them: `check` listed only the classic group beside a
 share group that `kafka-share-groups` showed, and a work queue moved to a share group lost its alerts. They are
-read with ShareGroupDescribe and DescribeShareGroupOffsets (one of each per coordinator, whatever their number),
+read with ShareGroupDescribe and DescribeShareGroupOffsets (one of each per coordinator, whatever their number, the
+second on a connection of its own and in up to 4 parts past 200 groups),
 shown as Kafka's tool shows them, and judged as queues: `stopped` when nobody consumes, `stalled` when members hold
 records and deliver none."""
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from lagwatch.collect import ClusterPoller
+from lagwatch.collect import wire as wire_module
 from lagwatch.config import ClusterConfig, NameFilter, load_settings
 from lagwatch.daemon import Daemon
 from lagwatch.devbroker import run_kafka_tool
@@ -107,8 +109,20 @@ def test_share_groups_are_read_with_kafkas_own_figures(
             snapshot: ClusterSnapshot = wait_for(
                 lambda: (s := poller.poll()).ok and len(s.groups) == 4 and s, timeout=30, what="every group"
             )
+            # The share offsets go on a second connection to the coordinator, in parts past a size: the same
+            # answer in three parts as in one, from a connection closed with the poller's.
+            monkeypatch.setattr(wire_module, "SHARE_OFFSETS_PART_MIN", 1)
+            in_parts = poller.poll()
+            side = dict(poller._admin._manager.lagwatch_side_connections)
         finally:
             poller.close()
+        assert in_parts.requests["DescribeShareGroupOffsets"] == 3 and in_parts.requests["ShareGroupDescribe"] == 1
+        assert len(side) == 1 and all(conn.closed for conn in side.values())
+        for group_id in (done, fresh):
+            (before,) = (g.share_offsets for g in snapshot.groups if g.group_id == group_id)
+            (after,) = (g.share_offsets for g in in_parts.groups if g.group_id == group_id)
+            assert after == before, group_id
+        assert next(g for g in in_parts.groups if g.group_id == done).share_offsets
         kinds = {g.group_id: g.kind for g in snapshot.groups}
         assert kinds == {
             done: GroupKind.SHARE,

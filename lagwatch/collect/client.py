@@ -64,6 +64,47 @@ def _load_object(path: str) -> Any:
         raise ClusterError("-", "config", f"cannot load {path!r}: {e}") from None
 
 
+def _closed_with(manager: Any) -> dict[int, Any]:
+    """The second connections to brokers that Wire.side_connection makes (node id -> connection): the manager knows
+    only its own, so they are closed when it is."""
+    side: dict[int, Any] = {}
+    close = manager.close
+
+    def close_with_side(node_id: int | None = None, timeout_ms: int | None = None) -> Any:
+        if node_id is None:
+            for conn in side.values():
+                with contextlib.suppress(Exception):
+                    conn.close()
+            side.clear()
+        return close(node_id=node_id, timeout_ms=timeout_ms)
+
+    manager.close = close_with_side
+    return side
+
+
+def side_connection(manager: Any, node_id: int) -> Any:
+    """A second connection to broker `node_id`, kept for the next polls, made as the manager makes its own (TLS,
+    SASL and timeouts from the same settings); requests sent on it wait in it while it connects, and fail with it.
+    Must be called on the manager's I/O thread."""
+    from kafka.net.connection import KafkaConnection
+
+    side: dict[int, Any] = manager.lagwatch_side_connections
+    conn = side.get(node_id)
+    if conn is not None and not conn.closed:
+        return conn
+    node = manager.cluster.broker_metadata(node_id)
+    if node is None:
+        raise Errors.UnknownBrokerIdError(node_id)
+    conn = KafkaConnection(
+        manager._net, node_id=node_id, broker_version_data=manager.broker_version_data, **manager.config
+    )
+    side[node_id] = conn
+    timeout_at = time.monotonic() + manager.socket_connection_setup_timeout_ms(node_id) / 1000
+    # Not reset_backoff_on_connect: the manager's own connection to the broker keeps its own backoff.
+    manager._net.call_soon(lambda: manager._connect(node, conn, reset_backoff_on_connect=False, timeout_at=timeout_at))
+    return conn
+
+
 def open_admin(name: str, cluster: ClusterConfig) -> Any:
     from kafka import KafkaAdminClient
 
@@ -151,6 +192,7 @@ class _LoginFailures:
 
         manager.get_connection = watched_get_connection
         manager.lagwatch_connections = connections
+        manager.lagwatch_side_connections = _closed_with(manager)
         self.clients.append(client)
         return client
 

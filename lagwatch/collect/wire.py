@@ -22,6 +22,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.record import MemoryRecords
 
+from lagwatch.collect.client import side_connection
 from lagwatch.collect.describe_groups import DescribeGroupsAnswer, OwnDescribeGroupsRequest
 from lagwatch.collect.kip848 import (
     ConsumerGroupDescribeRequest,
@@ -43,6 +44,14 @@ COORDINATOR_ERRORS = (
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 # Without OffsetFetch v8 (brokers before 3.0) each group costs one request: keep this many in flight.
 LEGACY_OFFSET_FETCH_CONCURRENCY = 16
+# A coordinator's DescribeShareGroupOffsets goes on a second connection (a broker answers one connection's requests
+# one at a time, and every other request of the poll waited behind this one), in at most this many parts of at
+# least SHARE_OFFSETS_PART_MIN groups. The broker's time grows faster than the groups asked: on Kafka 4.4.0, 100
+# groups of 10 share-partitions took 28 ms, 500 took 178 ms and 1,000 took 505 ms (0.50 s of its CPU); 1,000 in 4
+# parts took 0.29 s of its CPU (bench/group_kinds_bench.py, bench/README.md). A fixed number of requests, whatever
+# the number of share groups.
+SHARE_OFFSETS_PARTS = 4
+SHARE_OFFSETS_PART_MIN = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +98,23 @@ class Wire:
         """Runs a coroutine on kafka-python's I/O thread and waits for it."""
         return self._manager.run(fn, *args)  # type: ignore[no-any-return]
 
-    async def _send_all(self, requests: Iterable[tuple[int | None, Any]]) -> list[Any]:
+    async def _send_all(
+        self, requests: Iterable[tuple[int | None, Any]], aside: Iterable[tuple[int, Any]] = ()
+    ) -> list[Any]:
         """Sends every request at once, in rounds of as many per broker as one connection takes in flight; returns
         each response, or the exception it failed with. (A connection refuses a request past its in-flight limit,
-        5: a coordinator with groups of every kind is sent 6 at once, and the sixth failed the groups it held.)"""
+        5: a coordinator with groups of every kind is sent 6 at once, and the sixth failed the groups it held.)
+        `aside`: requests sent on a second connection to their broker (side_connection), answered after the others'.
+        A broker answers one connection's requests one at a time, in order: a slow answer there holds up no other."""
         requests = list(requests)
+        beside: list[Any] = []  # a future, or the exception the request failed with
+        for broker, request in aside:
+            self.sent[request.name.removesuffix("Request")] += 1
+            try:
+                conn = side_connection(self._manager, broker)
+                beside.append(conn.send_request(request, request_timeout_ms=self._timeout_ms))
+            except Exception as e:  # a broker the client does not know: that request's answer
+                beside.append(e)
         limit = max(1, int(self._manager.config.get("max_in_flight_requests_per_connection", 5)))
         results: list[Any] = [None] * len(requests)
         rounds: list[list[int]] = []
@@ -125,6 +146,13 @@ class Wire:
                     results[i] = await future
                 except Exception as e:  # one broker's failure stays with its own request
                     results[i] = e
+        for answer in beside:
+            if not isinstance(answer, Exception):
+                try:
+                    answer = await answer
+                except Exception as e:
+                    answer = e
+            results.append(answer)
         return results
 
     def connections(self) -> dict[int, int]:
@@ -211,6 +239,8 @@ class Wire:
         (consumer, streams, share) of each group DescribeGroups does not describe."""
         requests: list[tuple[int, Any]] = []
         handlers: list[Callable[[Any], None]] = []
+        aside: list[tuple[int, Any]] = []
+        aside_handlers: list[Callable[[Any], None]] = []
         own_describe = self.api_version(DescribeGroupsRequest) >= 5  # answers lagwatch decodes itself
         for coordinator, group_ids in by_coordinator.items():
             classic = [g for g in group_ids if g not in modern]
@@ -221,8 +251,10 @@ class Wire:
                 group_ids = [g for g in group_ids if modern.get(g) != "share"]
                 requests.append((coordinator, ShareGroupDescribeRequest(group_ids=queues)))
                 handlers.append(_describe_handler(queues, answers, _share_group))
-                requests.append((coordinator, _share_offsets_request(queues)))
-                handlers.append(_share_offsets_handler(queues, answers))
+                # On a connection of its own, and in a few parts: see SHARE_OFFSETS_PARTS.
+                for part in _parts(queues, SHARE_OFFSETS_PARTS, SHARE_OFFSETS_PART_MIN):
+                    aside.append((coordinator, _share_offsets_request(part)))
+                    aside_handlers.append(_share_offsets_handler(part, answers))
             if applications:
                 requests.append((coordinator, StreamsGroupDescribeRequest(group_ids=applications)))
                 handlers.append(_describe_handler(applications, answers, _streams_group))
@@ -237,12 +269,13 @@ class Wire:
                 requests.append((coordinator, request))
                 handlers.append(_offset_fetch_handler(chunk, answers))
         if self.api_version(OffsetFetchRequest) >= 8:
-            responses = await self._send_all(requests)
-        else:
+            responses = await self._send_all(requests, aside)
+        else:  # (no share groups before 3.0)
             responses = []
             for start in range(0, len(requests), LEGACY_OFFSET_FETCH_CONCURRENCY):
                 responses += await self._send_all(requests[start : start + LEGACY_OFFSET_FETCH_CONCURRENCY])
-        for handle, response in zip(handlers, responses, strict=True):
+            responses += await self._send_all((), aside)
+        for handle, response in zip(handlers + aside_handlers, responses, strict=True):
             handle(response)
 
     def _offset_fetch_requests(self, group_ids: list[str]) -> Iterable[tuple[list[str], Any]]:
@@ -568,6 +601,13 @@ def _share_group(g: Any) -> DescribedGroup:
         for m in g.members
     )
     return DescribedGroup(state=_capitalised(g.group_state), protocol_type="share", members=members)
+
+
+def _parts(items: list[str], most: int, least: int) -> list[list[str]]:
+    """`items` in at most `most` parts of nearly equal size, none under `least` (but one)."""
+    count = max(1, min(most, len(items) // least))
+    size = max(1, -(-len(items) // count))
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _share_offsets_request(group_ids: list[str]) -> Any:
