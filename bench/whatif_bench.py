@@ -101,7 +101,12 @@ def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
             elapsed = time.monotonic() - started
             say(f"  generated {i + 1:,}/{polls:,} polls ({transitions:,} alert transitions) in {elapsed:.0f} s, "
                 f"about {elapsed / (i + 1) * (polls - i - 1):.0f} s left")  # fmt: skip
-    manifest = {"polls": polls, "transitions": transitions, "generation_s": round(time.monotonic() - started, 1)}
+    manifest = {
+        "polls": polls,
+        "transitions": transitions,
+        "rows": writer.stats.rows_written,
+        "generation_s": round(time.monotonic() - started, 1),
+    }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, path)
     return manifest
@@ -118,6 +123,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="runs of each job on one SparkSession (median quoted)")
     parser.add_argument("--replay-days", type=float, default=None, help="backtest only the first N days")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--compact", action="store_true", help="compact the lake (timed) before the Spark jobs")
     args = parser.parse_args()
 
     root = Path(args.lake)
@@ -135,11 +141,25 @@ def main() -> None:
         configs.append(str(root / f"{name}.yaml"))
 
     from lagwatch.pipeline.backtest import backtest
+    from lagwatch.pipeline.compact import compact_lake
+    from lagwatch.pipeline.lake_read import lake_format
     from lagwatch.pipeline.report import run_report
     from lagwatch.pipeline.session import spark_session
 
+    delta = lake_format(str(path)) == "delta"
+    if delta and "LAGWATCH_SPARK_JARS" not in os.environ:  # delta-spark, fetched with Maven once (as the tests do)
+        from tests.spark_jars import ensure_spark_jars
+
+        os.environ["LAGWATCH_SPARK_JARS"] = str(ensure_spark_jars())
+    compact_line = "not asked (--compact)"
+    if args.compact:  # in place, once: the backtest and report then read the compacted lake, as after daily runs
+        say("compact (the whole lake) ...")
+        started = time.monotonic()
+        summary = compact_lake(str(path), "all", 0, say=lambda _: None)
+        compact_line = f"{time.monotonic() - started:.1f} s: {summary.line()}"
+        say(f"  {compact_line}")
     started = time.monotonic()
-    spark = spark_session("local[2]", "lagwatch-whatif-bench", kafka=False)
+    spark = spark_session("local[2]", "lagwatch-whatif-bench", kafka=False, delta=delta)
     session_s = time.monotonic() - started
     backtest_s: list[float] = []
     report_s: list[float] = []
@@ -162,11 +182,15 @@ def main() -> None:
         shutil.copy(report.html_path, keep)
     spark.stop()
     files = sum(1 for _ in (path / "snapshots").rglob("*.parquet"))
+    rows = manifest.get("rows")
     replayed = f"the first {args.replay_days:g} days" if args.replay_days else "the whole range"
     ranking = sorted(result.comparisons, key=lambda c: (c.totals.pages_replayed, c.totals.alerts_replayed))
     print(f"\nlake: {manifest['polls']:,} polls of {args.groups:,} x {args.partitions} group-partitions, "
           f"{manifest['transitions']:,} alert transitions recorded, {files:,} snapshot files; "
-          f"generated in {manifest['generation_s']:,.0f} s")  # fmt: skip
+          f"{'Delta' if delta else 'Parquet'}; generated in {manifest['generation_s']:,.0f} s"
+          + (f"; {rows:,} rows" if rows else ""))  # fmt: skip
+    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(f"compact: {compact_line}")
     print(f"SparkSession start (apart): {session_s:.1f} s")
     print(f"backtest of {len(configs)} configs (recorded + {len(CANDIDATES)} candidates) over {replayed}: median {statistics.median(backtest_s):.1f} s "
           f"({', '.join(f'{s:.1f}' for s in backtest_s)})")  # fmt: skip
