@@ -78,3 +78,39 @@ def test_wrong_password_is_an_auth_failure_in_one_line(sasl_broker: LocalBroker,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cluster 'secured': auth_failed" in lines[0], done.stderr
     assert wrong not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(
+    tuple(int(x) for x in KAFKA_VERSION.split(".")[:2]) < (4, 1), reason="DescribeShareGroupOffsets is Kafka 4.1's"
+)
+def test_the_second_connection_to_a_coordinator_logs_in_as_the_first(sasl_broker: LocalBroker) -> None:
+    """Share groups' offsets are read on a second connection to their coordinator (lagwatch.collect.client's
+    side_connection): it must log in with the cluster's own settings, or every share group of a SASL cluster would
+    be unreadable."""
+    from lagwatch.collect import ClusterPoller
+    from lagwatch.collect.wire import Wire, _share_offsets_request
+    from lagwatch.config import ClusterConfig
+
+    config = ClusterConfig.model_validate(
+        {
+            "bootstrap_servers": [sasl_broker.bootstrap],
+            "request_timeout_s": 5,
+            "exact_clocks": False,
+            "security": {
+                "protocol": "SASL_PLAINTEXT",
+                "sasl": {"mechanism": "PLAIN", "username": "lagwatch", "password": PASSWORD},
+            },
+        }
+    )
+    poller = ClusterPoller("secured", config)
+    try:
+        assert poller.poll().ok
+        wire = Wire(poller._admin, 5000)
+        (node,) = wire.broker_ids()
+        (answer,) = wire.run(wire._send_all, [], [(node, _share_offsets_request(["no-such-share-group"]))])
+        side = dict(poller._admin._manager.lagwatch_side_connections)
+    finally:
+        poller.close()
+    assert not isinstance(answer, BaseException), answer
+    assert [g.group_id for g in answer.groups] == ["no-such-share-group"]  # answered, on a connection logged in
+    assert list(side) == [node] and all(conn.closed for conn in side.values())
