@@ -71,6 +71,8 @@ def join_and_leave(wire: Wire, requests: list[tuple[str, Any, Any]]) -> int:
     """Each (group, join request, leave request) sent to the group's coordinator: joins, then leaves. Returns the
     groups whose join the coordinator refused."""
     refused = 0
+    if not requests:  # (--share 0 or --streams 0)
+        return refused
     # A broker's first share or streams heartbeat waits for its coordinator's state to load (more than 20 s on two
     # loaded cores): the first join is retried until it is answered.
     group, join, _ = requests[0]
