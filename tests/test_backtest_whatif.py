@@ -330,3 +330,20 @@ def test_the_daemons_alerts_cut_by_the_range_end_take_their_severity_from_the_re
     assert n == 1 and settled[0] == cut._replace(severity="critical", severity_final=True)
     assert settled[1:] == [other, done]  # not fired alike by the replay (44 s, not 40 s): left as recorded
     assert totals("x", match([*settled[:1], done], replay_of_recorded[:1])).pages_gained == 0
+
+
+def test_a_clusters_candidates_are_split_in_as_many_groups_as_it_has_slots() -> None:
+    """One cluster on 2 slots: two tasks, each over one copy of the rows (sorted once, each poll decoded once for
+    its candidates). A copy per candidate sorted 5 copies of a week and ran out of the driver's heap."""
+    from lagwatch.pipeline.backtest import plan_tasks
+
+    groups, placed = plan_tasks({"a": 2016}, 5, 2)
+    assert groups == [[0, 2, 4], [1, 3]] and sorted(placed.values()) == [0, 1]
+    for candidates, slots in ((1, 2), (3, 1), (5, 1)):  # one candidate, or one slot: one task, every candidate
+        assert plan_tasks({"a": 10}, candidates, slots) == (None, {("a", -1): 0})
+    groups, placed = plan_tasks({"a": 10, "b": 10}, 5, 2)  # as many clusters as slots: a task per cluster
+    assert groups is None and placed == {("a", -1): 0, ("b", -1): 1}
+    groups, placed = plan_tasks({"a": 100, "b": 10}, 3, 4)
+    assert groups == [[0, 2], [1]]
+    assert sorted(g for group in groups for g in group) == [0, 1, 2]
+    assert placed[("a", 0)] != placed[("a", 1)]  # the big cluster's two tasks on two slots
