@@ -134,13 +134,18 @@ def _rows_as_set(rows: Any) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
-def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(tmp_path: Path, spark: Any) -> None:
-    """Several clusters in one partition, or one task per cluster and candidate: the same rows as folding the
-    step over each cluster's whole range in memory. A range where nothing fires gives no rows, not an error."""
+def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Several clusters in one partition, a cluster's candidates split in groups (each task replays its group in
+    one pass), or one task per cluster and candidate: the same rows as folding the step over each cluster's whole
+    range in memory, and the progress shown counts every poll of every task. A range where nothing fires gives no
+    rows, not an error."""
     import pyarrow.dataset as ds
 
     from lagwatch.lake import LakeConfig
     from lagwatch.lake.writer import LakeWriter
+    from lagwatch.pipeline import backtest as backtest_module
     from lagwatch.pipeline.backtest import ClusterParams, load_candidate, replay, run_backtest
     from tests.synthetic import TP, Pipeline, group, snapshot
 
@@ -164,7 +169,9 @@ def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(tmp_
     assert lake.flush()
     strict = tmp_path / "strict.yaml"
     strict.write_text("rules:\n  lag: {warning: {offsets: 5}, for_s: 0}\nalerts: {group_wait_s: 0}\n")
-    candidates = [load_candidate("recorded"), load_candidate(str(strict))]
+    lax = tmp_path / "lax.yaml"
+    lax.write_text("rules:\n  lag: {warning: {offsets: 40}, for_s: 0}\n")
+    candidates = [load_candidate("recorded"), load_candidate(str(strict)), load_candidate(str(lax))]
     expected = []
     for cluster in ("east", "west"):
         rows = (
@@ -175,10 +182,18 @@ def test_the_streamed_replay_equals_the_replay_of_each_clusters_whole_range(tmp_
     assert {r["rule"] for r in expected if r["kind"] == "alert"} >= {"stopped", "lag"}
     previous = spark.conf.get("spark.sql.shuffle.partitions")
     try:
-        for partitions in ("1", "8"):  # both clusters in one task; one task per cluster and candidate
+        # Both clusters in one task; per cluster, candidates 0 and 2 in one task and 1 in another; one task per
+        # cluster and candidate.
+        for partitions in ("1", "4", "8"):
             spark.conf.set("spark.sql.shuffle.partitions", partitions)
-            out = run_backtest(str(tmp_path / "lake"), ["recorded", str(strict)], str(tmp_path / "out"), spark=spark)
+            monkeypatch.setattr(backtest_module, "PROGRESS_SHOW_S", 0.05 if partitions == "4" else 30.0)
+            capsys.readouterr()
+            out = run_backtest(
+                str(tmp_path / "lake"), ["recorded", str(strict), str(lax)], str(tmp_path / "out"), spark=spark
+            )
             assert _rows_as_set(out.to_dict("records")) == _rows_as_set(expected)
+            if partitions == "4":  # 2 clusters x 60 polls, each replayed by 2 tasks
+                assert "replayed 240 of 240 polls (100%)" in capsys.readouterr().err
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous)
     quiet = run_backtest(str(tmp_path / "lake"), [], str(tmp_path / "out"), until=t0 + 20, spark=spark)

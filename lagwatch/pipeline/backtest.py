@@ -21,10 +21,14 @@ file.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import math
 import os
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -285,13 +289,15 @@ def _stream_executor(
     candidates: Sequence[Candidate],
     params: Mapping[str, ParamsTimeline],
     groups: Sequence[Sequence[int]] | None = None,
+    progress_dir: str | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """For mapInArrow over a partition sorted by (cluster, candidate, taken_at, ordinal): the rows arrive in Arrow
     batches, one poll's rows are gathered, decoded (the codec, as before) and stepped through each candidate's
     pipeline, then dropped. Memory: one batch, one poll and the pipelines' own state, whatever the range.
 
     `CANDIDATE` (when present) says which group of candidates (`groups`, plan_tasks) the rows are for: the driver
-    may send a cluster's rows to several tasks, one per group, so that one big cluster still uses several cores."""
+    may send a cluster's rows to several tasks, one per group, so that one big cluster still uses several cores.
+    `progress_dir`: where each task writes how many polls it replayed, for the driver to show (`_Progress`)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -306,12 +312,19 @@ def _stream_executor(
         poll: list[dict[str, Any]] = []
         poll_t = -math.inf
 
+        stepped = [0]  # polls replayed by this task
+        written_at = [time.monotonic()]  # when its progress was last written
+
         def step_poll() -> None:
             if poll and key is not None:
                 # The codec gathers rows by `taken_at` and orders them by `ordinal`, exactly as for a whole cluster.
                 for recorded in polls_from_rows(key[0], poll):
                     for r in replayers:
                         out.extend(r.step(recorded))
+                stepped[0] += 1
+                if progress_dir is not None and time.monotonic() - written_at[0] >= PROGRESS_WRITE_S:
+                    written_at[0] = time.monotonic()
+                    _write_progress(progress_dir, key, stepped[0])
             poll.clear()
 
         def finish() -> None:
@@ -332,6 +345,9 @@ def _stream_executor(
                 t = times[i]
                 if row_key != key:
                     finish()
+                    if key is not None and progress_dir is not None:
+                        _write_progress(progress_dir, key, stepped[0])
+                    stepped[0] = 0
                     if row_key in done:
                         raise RuntimeError(f"backtest: rows of {row_key} are not contiguous (the sort was lost)")
                     done.add(row_key)
@@ -351,10 +367,72 @@ def _stream_executor(
                 yield pa.RecordBatch.from_pylist(out, schema=schema)
                 out.clear()
         finish()
+        if key is not None and progress_dir is not None:
+            _write_progress(progress_dir, key, stepped[0])
         if out:
             yield pa.RecordBatch.from_pylist(out, schema=schema)
 
     return run
+
+
+# How often a task writes its progress, and the driver shows the job's. A week's backtest runs for an hour with
+# nothing else to show: Spark's own bars are off (they overwrote lagwatch's lines), and its stage has 2 tasks.
+PROGRESS_WRITE_S = 5.0
+PROGRESS_SHOW_S = 30.0
+
+
+def _write_progress(directory: str, key: tuple[str, int], polls: int) -> None:
+    """A task's polls replayed so far, in a file of its own (replaced whole). An executor on another machine has no
+    such directory: nothing is written, and the driver says only how long the job has run."""
+    name = hashlib.sha256(f"{key[0]}/{key[1]}".encode()).hexdigest()[:16]
+    path = os.path.join(directory, name)
+    with contextlib.suppress(OSError):
+        with open(f"{path}.tmp", "w") as f:
+            f.write(str(polls))
+        os.replace(f"{path}.tmp", path)
+
+
+class _Progress:
+    """While the replay runs: every PROGRESS_SHOW_S, the polls the tasks replayed of all they have to (read from
+    the files `_write_progress` leaves in `directory`), and the time left at that pace."""
+
+    def __init__(self, directory: str, total_polls: int) -> None:
+        self.directory, self.total = directory, total_polls
+        self.started = time.monotonic()
+        self.shown = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="backtest-progress", daemon=True)
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.shown:  # the end of what was shown (a short job shows nothing)
+            _say(self.line())
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROGRESS_SHOW_S):
+            _say(self.line())
+            self.shown = True
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        done = 0
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.directory):
+                if not entry.name.endswith(".tmp"):
+                    with contextlib.suppress(OSError, ValueError):
+                        done += int(Path(entry.path).read_text())
+        if not done:
+            return f"replaying ({elapsed / 60:.1f} min so far)"
+        left = elapsed * max(0, self.total - done) / done
+        return (
+            f"replayed {done:,} of {self.total:,} polls ({100 * done / self.total:.0f}%) in {elapsed / 60:.1f} min"
+            + (f", about {left / 60:.0f} min left" if done < self.total else "")
+        )
 
 
 def plan_tasks(
@@ -395,7 +473,12 @@ def _slot_values(spark: Any, slots: int) -> list[int]:
 
 
 def replay_on_spark(
-    spark: Any, df: Any, candidates: Sequence[Candidate], params: Mapping[str, ParamsTimeline], polls: Mapping[str, int]
+    spark: Any,
+    df: Any,
+    candidates: Sequence[Candidate],
+    params: Mapping[str, ParamsTimeline],
+    polls: Mapping[str, int],
+    progress_dir: str | None = None,
 ) -> Any:
     """The replay as a DataFrame of OUTPUT_COLUMNS: each task streams its cluster's rows in time order."""
     from pyspark.sql import functions as F
@@ -416,7 +499,7 @@ def replay_on_spark(
     order = ["cluster", *([CANDIDATE] if by_candidate else []), "taken_at", "ordinal"]
     streamed = df.withColumn(SLOT, slot_of[task]).repartition(nslots, SLOT).sortWithinPartitions(*order).drop(SLOT)
     schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
-    return streamed.mapInArrow(_stream_executor(candidates, params, groups), schema=schema)
+    return streamed.mapInArrow(_stream_executor(candidates, params, groups, progress_dir), schema=schema)
 
 
 # -- the driver ---------------------------------------------------------------------------------------------------
@@ -641,8 +724,12 @@ def backtest(
         _say(line)
     schema = ", ".join(f"`{k}` {v}" for k, v in OUTPUT_COLUMNS.items())
     _say(f"replaying {len(clusters)} cluster(s) under {len(candidates)} config(s): {', '.join(names)}")
-    result = replay_on_spark(spark, df, candidates, params, {r["cluster"]: int(r["polls"]) for r in counts})
-    result.write.mode("overwrite").partitionBy("config").parquet(output)
+    polls = {r["cluster"]: int(r["polls"]) for r in counts}
+    tasks, _ = plan_tasks(polls, len(candidates), max(1, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    with tempfile.TemporaryDirectory(prefix="lagwatch-backtest-progress-") as progress_dir:
+        result = replay_on_spark(spark, df, candidates, params, polls, progress_dir)
+        with _Progress(progress_dir, sum(polls.values()) * (len(tasks) if tasks else 1)):
+            result.write.mode("overwrite").partitionBy("config").parquet(output)
     # With the schema: a range where nothing fires writes no files, and Spark cannot infer a schema from none.
     pdf = spark.read.schema(schema).parquet(output).toPandas()
     _say(f"wrote {output} ({len(pdf)} rows) in {time.monotonic() - started:.1f} s")
