@@ -297,7 +297,7 @@ def _of_type(value: Any, hint: Any) -> bool:
         return isinstance(value, hint)
     if hint in (str, bool):
         return isinstance(value, hint)
-    if origin is dict:
+    if origin in (dict, Mapping):  # a read-only mapping in memory (an alert's labels, details) is a dict saved
         return isinstance(value, dict) and all(_of_type(k, args[0]) and _of_type(v, args[1]) for k, v in value.items())
     if origin in (list, tuple):
         element = args[0] if args else Any

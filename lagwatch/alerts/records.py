@@ -47,7 +47,7 @@ class _AlertFields:
     group: str | None
     labels: dict[str, str]
     summary: str
-    details: dict[str, Any]
+    details: Mapping[str, Any]  # read-only; plain() or dict() where it leaves the process
     runbook_url: str | None
     for_s: float
     state: AlertState
