@@ -6,6 +6,7 @@ import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -442,3 +443,46 @@ def test_every_notifier_says_muted_for_an_alert_that_is_only_inhibited(caplog: o
     LogNotifier().send(muted_end, None)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "lagwatch.alert"]
     assert line.startswith("[MUTED:") and "resolved" not in line
+
+
+def test_compact_details_and_shared_labels_leave_the_book_as_plain_json() -> None:
+    """The book keeps a lag alert's details compactly (LagDetails) and its labels as the finding's own mapping (the
+    rules' resolver's, shared): what leaves it (vars() for the state, AlertRecord for notifications) is the same
+    plain JSON as a dict of dicts gave, key order included."""
+    import json
+    from types import MappingProxyType
+
+    from lagwatch.alerts import AlertRecord
+    from lagwatch.rules.thresholds import LagDetails
+
+    plain = {
+        "lag": 14000,
+        "max_lag": 1400,
+        "lag_seconds": 840.5,
+        "eta_s": None,
+        "falling_behind": True,
+        "worst_partitions": [
+            {"partition": 3, "lag": 1400, "lag_seconds": 840.5},
+            {"partition": 0, "lag": 900, "lag_seconds": None},
+        ],
+    }
+    details = LagDetails(14000, 1400, 840.5, None, True, (3, 1400, 840.5, 0, 900, None))
+    assert dict(details) == plain and details == plain and plain == details
+    assert list(details) == list(plain) and len(details) == len(plain) and "lag" in details and "x" not in details
+    assert details.get("lag") == 14000 and details.get("x") is None and repr(details) == repr(plain)
+    labels = MappingProxyType({"cluster": "c", "group": "g", "topic": "t"})
+    f = Finding("lag", "warning", "c", "g", labels, "g lags", details)
+    b = book(group_wait_s=0)
+    b.apply("c", [f], frozenset(), 0.0)
+    (alert,) = b.alerts.values()
+    assert alert.labels is labels and alert.details is details and alert.lag == 14000
+    saved = vars(alert)
+    assert type(saved["labels"]) is dict and type(saved["details"]) is dict
+    assert list(saved) == [field.name for field in dataclasses.fields(alert)]
+    for sort_keys in (True, False):
+        as_dicts = {**saved, "labels": dict(labels), "details": plain}
+        assert json.dumps(saved, sort_keys=sort_keys) == json.dumps(as_dicts, sort_keys=sort_keys)
+    record = AlertRecord.of(alert)
+    assert json.dumps(record.to_json()) == json.dumps({**record.to_json(), "labels": dict(labels), "details": plain})
+    with pytest.raises(AttributeError):
+        alert.other = 1  # type: ignore[attr-defined]  # slotted: no instance dict

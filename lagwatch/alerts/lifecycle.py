@@ -74,7 +74,7 @@ def apply(
                 severity=severity,
                 cluster=f.cluster,
                 group=f.group,
-                labels=dict(f.labels),
+                labels=f.labels,  # the resolver's, shared with every finding and alert of this scope: no copy
                 summary=f.summary,
                 details=details,
                 runbook_url=f.runbook_url,
@@ -87,8 +87,8 @@ def apply(
             alerts[key] = alert
         else:
             alert.severity, alert.summary, alert.details = severity, f.summary, details
-            if alert.labels != f.labels:  # nearly always the same: no new dict per alert at every poll
-                alert.labels = dict(f.labels)
+            if alert.labels is not f.labels:  # nearly always the same mapping (the resolver keeps it across polls)
+                alert.labels = f.labels
             alert.for_s, alert.runbook_url, alert.updated_at = f.for_s, f.runbook_url, now
             alert.keep_firing_for_s = f.keep_firing_for_s
         if alert.state == AlertState.PENDING and for_elapsed(alert.started_at, alert.for_s, now):

@@ -45,7 +45,9 @@ class _AlertFields:
     severity: Severity
     cluster: str
     group: str | None
-    labels: dict[str, str]
+    # Read-only: the rules' resolver's mapping, shared by every alert of one (cluster, group, topic). A copy per
+    # alert was 215 bytes each (4.3 MB at 100k group-partitions in a storm).
+    labels: Mapping[str, str]
     summary: str
     details: Mapping[str, Any]  # read-only; plain() or dict() where it leaves the process
     runbook_url: str | None
