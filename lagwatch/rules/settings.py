@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -224,33 +223,45 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 _CACHE_LIMIT = 100_000
 
 
+class _Resolved:
+    """What the resolver keeps of one (cluster, group, topic): its rules (shared by every combination the same
+    overrides match), and once asked for, its alert labels and their part of alert_key. One entry in one dict: two
+    caches (a key tuple, a dict slot and a tuple each, and a MappingProxyType) were 8 MB at 100k group-partitions,
+    80 MB at 1M (bench/daemon_step_bench.py: 20,000 / 200,000 combinations)."""
+
+    __slots__ = ("key", "labels", "rules")
+
+    def __init__(self, rules: tuple[RuleSet, dict[str, str]]) -> None:
+        self.rules = rules
+        self.labels: Mapping[str, str] | None = None
+        self.key = ""
+
+
 class RuleResolver:
     """The rules in force for one (cluster, group, topic), computed once per combination."""
 
     def __init__(self, config: RulesConfig) -> None:
         self.config = config
-        self._cache: dict[tuple[str, str | None, str | None], tuple[RuleSet, dict[str, str]]] = {}
+        self._cache: dict[tuple[str, str | None, str | None], _Resolved] = {}
         self._by_overrides: dict[tuple[int, ...], tuple[RuleSet, dict[str, str]]] = {}
-        self._labels: dict[tuple[str, str | None, str | None], tuple[Mapping[str, str], str]] = {}
-        # The combinations each cluster's last evaluation asked for (expect): the caches hold at least twice
-        # their sum before they are cleared. A fixed 100,000 was less than one poll's at 1M group-partitions
-        # (100,000 groups, each asking for itself and its topic), so both caches were cleared and built again
+        # The combinations each cluster's last evaluation asked for (expect): the cache holds at least twice
+        # their sum before it is cleared. A fixed 100,000 was less than one poll's at 1M group-partitions
+        # (100,000 groups, each asking for itself and its topic), so the cache was cleared and built again
         # over and over at every poll (7% of a step, bench/daemon_step_bench.py).
         self._expected: dict[str, int] = {}
         self._limit = _CACHE_LIMIT
 
     def expect(self, cluster: str, combinations: int) -> None:
-        """How many (group, topic) combinations an evaluation of `cluster` asks for: the caches keep room for
-        them (groups and topics that come and go still never grow them without bound)."""
+        """How many (group, topic) combinations an evaluation of `cluster` asks for: the cache keeps room for
+        them (groups and topics that come and go still never grow it without bound)."""
         if self._expected.get(cluster) != combinations:
             self._expected[cluster] = combinations
             self._limit = max(_CACHE_LIMIT, 2 * sum(self._expected.values()))
 
-    def resolve(
-        self, cluster: str, group: str | None = None, topic: str | None = None
-    ) -> tuple[RuleSet, dict[str, str]]:
+    def _entry(self, cluster: str, group: str | None, topic: str | None) -> _Resolved:
         key = (cluster, group, topic)
-        if key not in self._cache:
+        entry = self._cache.get(key)
+        if entry is None:
             if len(self._cache) >= self._limit:
                 self._cache.clear()  # groups and topics come and go: never let the cache grow without bound
             matching = tuple(
@@ -265,23 +276,28 @@ class RuleResolver:
                     merged = _merge(merged, self.config.overrides[i].rules)
                     labels.update(self.config.overrides[i].labels)
                 self._by_overrides[matching] = (RuleSet.model_validate(merged), labels)
-            self._cache[key] = self._by_overrides[matching]
-        return self._cache[key]
+            entry = self._cache[key] = _Resolved(self._by_overrides[matching])
+        return entry
+
+    def resolve(
+        self, cluster: str, group: str | None = None, topic: str | None = None
+    ) -> tuple[RuleSet, dict[str, str]]:
+        return self._entry(cluster, group, topic).rules
 
     def labels(self, cluster: str, group: str | None, topic: str | None) -> tuple[Mapping[str, str], str]:
         """The labels of an alert about (cluster, group, topic): its route's, then cluster, group and topic; and
         their part of its alert_key. Kept across polls like the rules: rules ask for them for every group and topic
-        at every poll (alert_key sorts and joins them), and every finding of one shares them. Read-only."""
-        key = (cluster, group, topic)
-        found = self._labels.get(key)
+        at every poll (alert_key sorts and joins them), and every finding and alert of one shares them. Read-only
+        (a plain dict: the alert book keeps it as the alerts' labels, and the state saves it as it is)."""
+        entry = self._entry(cluster, group, topic)
+        found = entry.labels
         if found is None:
-            if len(self._labels) >= self._limit:
-                self._labels.clear()
-            _, route = self.resolve(cluster, group, topic)
+            _, route = entry.rules
             labels = {**route, "cluster": cluster}
             if group is not None:
                 labels["group"] = group
             if topic is not None:
                 labels["topic"] = topic
-            found = self._labels[key] = (MappingProxyType(labels), alert_key("", labels))
-        return found
+            found = entry.labels = labels
+            entry.key = alert_key("", labels)
+        return found, entry.key
