@@ -136,6 +136,10 @@ def test_group_lag_agrees_with_the_plain_definition(
     lag = group_lag(group, offsets, use_last_stable)
     rows, topics, sum_lag, max_lag = _reference_group_lag(group, offsets, use_last_stable)
     assert [tuple(p) for p in lag.partitions] == rows
+    # The rows are built on demand from the columns (and the poll's log starts, errors and members).
+    assert [tuple(lag.row(i)) for i in range(len(lag.tps))] == rows
+    columns = list(zip(lag.committed, lag.log_ends, lag.lags, lag.states, strict=True))
+    assert columns == [(r[2], r[4], r[5], r[6]) for r in rows]
     assert [(t.topic, t.sum_lag, t.max_lag, t.partitions) for t in lag.topics] == topics
     assert (lag.sum_lag, lag.max_lag) == (sum_lag, max_lag)
     assert list(lag.tps) == [TopicPartition(r[0], r[1]) for r in rows]  # type: ignore[arg-type]

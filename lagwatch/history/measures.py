@@ -66,17 +66,22 @@ class GroupMeasure(NamedTuple):
         kind = self.lag_kinds[i]
         return _new_tuple(LagTime, (self.lag_seconds[i], bool(kind & ESTIMATED), bool(kind & EXACT)))
 
-    def partition(self, i: int) -> PartitionMeasure:
-        """Row `i` as a PartitionMeasure."""
+    def partition(self, i: int, row: PartitionLag | None = None) -> PartitionMeasure:
+        """Row `i` as a PartitionMeasure (`row`: its PartitionLag, if built already)."""
         return _new_tuple(
             PartitionMeasure,
-            (self.lag.partitions[i], self.lag_time(i), self.production_rates[i], self.consumption_rates[i]),
+            (
+                self.lag.row(i) if row is None else row,
+                self.lag_time(i),
+                self.production_rates[i],
+                self.consumption_rates[i],
+            ),
         )
 
     @property
     def partitions(self) -> tuple[PartitionMeasure, ...]:
         """Every row, built on demand."""
-        return tuple(self.partition(i) for i in range(len(self.lag.partitions)))
+        return tuple(self.partition(i, row) for i, row in enumerate(self.lag.partitions))
 
     @property
     def by_topic(self) -> dict[str, tuple[PartitionMeasure, ...]]:
@@ -152,7 +157,7 @@ def measure_group(
     if rates is None:
         rates = all_rates[since] = {}
     seconds_column: list[float | None] = []
-    kinds = bytearray(len(lag.partitions))
+    kinds = bytearray(len(lag.tps))
     production_column: list[float | None] = []
     consumption_column: list[float | None] = []
     topic_seconds: dict[str, float] = {}
@@ -163,22 +168,21 @@ def measure_group(
     isfinite = math.isfinite
     missing: Any = _MISSING  # typed Any: `rates.get(tp, missing)` is a rate or the sentinel
     # The figures are summed in this one pass: it runs per group-partition. group_lag's rows come sorted by topic.
-    for i, (tp, p) in enumerate(zip(lag.tps, lag.partitions, strict=True)):
+    columns = zip(lag.tps, lag.committed, lag.log_ends, lag.lags, strict=True)
+    for i, (tp, committed, log_end, row_lag) in enumerate(columns):
         timeline = timelines.get(tp)
-        committed = p.committed
         production_rate = None
         if timeline is not None:
             production_rate = rates.get(tp, missing)
             if production_rate is missing:
                 production_rate = rates[tp] = timeline.rate(since)
         progress = progresses.get(tp)
-        log_end = p.log_end
         if committed is None or log_end is None:
             seconds = None  # UNKNOWN
-        elif committed >= log_end or p.lag == 0:  # at the log end, or only markers or open transactions above
+        elif committed >= log_end or row_lag == 0:  # at the log end, or only markers or open transactions above
             seconds = 0.0  # CAUGHT_UP: the common answers without a call (this runs for every group-partition)
-            if p.topic not in topic_seconds:
-                topic_seconds[p.topic] = 0.0
+            if tp.topic not in topic_seconds:
+                topic_seconds[tp.topic] = 0.0
         else:
             written_at = record_times.get((tp, committed)) if record_times else None
             estimated = False
@@ -200,14 +204,14 @@ def measure_group(
                 seconds, estimated = lag_time.seconds, lag_time.estimated
                 kinds[i] = (ESTIMATED if estimated else 0) | (EXACT if lag_time.exact else 0)
             if seconds is not None:
-                topic = p.topic
+                topic = tp.topic
                 worst = topic_seconds.get(topic)
                 if worst is None or seconds > worst:
                     topic_seconds[topic] = seconds
                 if estimated:
                     estimated_topics.add(topic)
             else:  # records wait, and when they were written is unknown (a log's history wiped by an election):
-                estimated_topics.add(p.topic)  # the topic's figure is only its other partitions', a lower bound
+                estimated_topics.add(tp.topic)  # the topic's figure is only its other partitions', a lower bound
         consumed = consumption_rate(progress, since, start) if progress is not None else None
         seconds_column.append(seconds)
         production_column.append(production_rate)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import NamedTuple
 
-from lagwatch.model import GroupKind, GroupSnapshot, PartitionOffsets, TopicPartition
+from lagwatch.model import GroupKind, GroupSnapshot, Member, PartitionOffsets, TopicPartition
 
 
 class LagState(StrEnum):
@@ -44,9 +44,20 @@ class TopicLag(NamedTuple):
 
 
 class GroupLag(NamedTuple):
+    """A group's lag at one poll. Its rows are columns, one entry per TopicPartition of `tps` in its order, not a
+    PartitionLag per group-partition: those were 144 bytes each, built at every poll and kept until the next one
+    (12 MB at 100k group-partitions, 120 MB at 1M; bench/daemon_step_bench.py). `partitions` and `row` build the
+    rows on demand (log start, error and member from the poll's own data)."""
+
     group: GroupSnapshot
-    partitions: tuple[PartitionLag, ...]
-    tps: tuple[TopicPartition, ...]  # each row's TopicPartition, in the same order (the measures key on them)
+    tps: tuple[TopicPartition, ...]  # each row's TopicPartition, sorted (a topic's rows are adjacent)
+    committed: tuple[int | None, ...]  # each row's committed offset (None: no commit)
+    log_ends: tuple[int | None, ...]  # each row's log end (None: unread)
+    lags: tuple[int | None, ...]  # each row's lag (None: no commit, or unknown)
+    states: tuple[LagState, ...]
+    # The log ends group_lag was given (the poll's, or read through with idle partitions): the rows' log start and
+    # error are looked up here when a row is built.
+    offsets: Mapping[TopicPartition, PartitionOffsets]
     topics: tuple[TopicLag, ...] = ()
     sum_lag: int = 0  # over every partition with a known lag
     max_lag: int = 0
@@ -54,13 +65,47 @@ class GroupLag(NamedTuple):
     unknown: int = 0  # rows in LagState.UNKNOWN: committed, but the log end could not be read this poll
 
     def count_state(self, state: LagState) -> int:
-        return sum(1 for p in self.partitions if p.state is state)
+        return sum(1 for s in self.states if s is state)
 
     @property
     def known(self) -> bool:
         """Whether any row's lag is known: a group whose every row is unknown (a log end unread everywhere; a share
         group whose broker reports no lag) has no lag to say, not a lag of 0."""
-        return self.unknown < len(self.partitions) or not self.partitions
+        return self.unknown < len(self.tps) or not self.tps
+
+    def row(self, i: int, members: Mapping[TopicPartition, Member] | None = None) -> PartitionLag:
+        """Row `i` as a PartitionLag (`members`: the group's member_of(), when many rows are built)."""
+        tp = self.tps[i]
+        offsets = self.offsets.get(tp)
+        log_start, error = (None, None) if offsets is None else (offsets.log_start, offsets.error)
+        if members is None:
+            members = self.group.member_of() if self.group.members else {}
+        member = members.get(tp)
+        return _new_tuple(
+            PartitionLag,
+            (
+                tp.topic,
+                tp.partition,
+                self.committed[i],
+                log_start,
+                self.log_ends[i],
+                self.lags[i],
+                self.states[i],
+                None if member is None else member.member_id,
+                None if member is None else member.client_id,
+                None if member is None else member.client_host,
+                error,
+            ),
+        )
+
+    @property
+    def partitions(self) -> tuple[PartitionLag, ...]:
+        """Every row, built on demand."""
+        members = self.group.member_of() if self.group.members else {}
+        return tuple(self.row(i, members) for i in range(len(self.tps)))
+
+
+_new_tuple = tuple.__new__
 
 
 def partition_lag(
@@ -91,7 +136,10 @@ def group_lag(
     this runs for every group-partition at every poll, and the calls and per-topic lists were half its time."""
     members = group.member_of()
     committed_offsets = group.committed
-    rows: list[PartitionLag] = []
+    committed_column: list[int | None] = []
+    log_end_column: list[int | None] = []
+    lag_column: list[int | None] = []
+    state_column: list[LagState] = []
     topics: list[TopicLag] = []
     ordered = sorted({*committed_offsets, *members} if members else committed_offsets)
     # A share group's share-partitions without a lag (Kafka 4.1; none fetched yet): rows of unknown lag, not of
@@ -107,14 +155,13 @@ def group_lag(
         LagState.OK,
         LagState.BELOW_LOG_START,
     )
-    new_tuple = tuple.__new__
     for tp in ordered:
         committed = committed_offsets.get(tp)
         offsets = partitions.get(tp)
         if offsets is None:
-            log_start = log_end = error = end = None
+            log_start = log_end = end = None
         else:
-            log_start, log_end, error = offsets.log_start, offsets.log_end, offsets.error
+            log_start, log_end = offsets.log_start, offsets.log_end
             end = offsets.last_stable if use_last_stable and offsets.last_stable is not None else log_end
         if committed is None:
             offset = lag = None
@@ -133,29 +180,10 @@ def group_lag(
                     below += 1
                 else:
                     state = OK
-        # tuple.__new__ with every field: a NamedTuple's own __new__ is a Python function around this call.
-        if members and (member := members.get(tp)) is not None:
-            row = new_tuple(
-                PartitionLag,
-                (
-                    tp.topic,
-                    tp.partition,
-                    offset,
-                    log_start,
-                    log_end,
-                    lag,
-                    state,
-                    member.member_id,
-                    member.client_id,
-                    member.client_host,
-                    error,
-                ),
-            )
-        else:
-            row = new_tuple(
-                PartitionLag, (tp.topic, tp.partition, offset, log_start, log_end, lag, state, None, None, None, error)
-            )
-        rows.append(row)
+        committed_column.append(offset)
+        log_end_column.append(log_end)
+        lag_column.append(lag)
+        state_column.append(state)
         if tp.topic != topic:
             if topic is not None:
                 topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows, topic_unknown))
@@ -172,8 +200,12 @@ def group_lag(
         topics.append(TopicLag(topic, topic_sum, topic_max, topic_rows, topic_unknown))
     return GroupLag(
         group,
-        tuple(rows),
         tuple(ordered),
+        tuple(committed_column),
+        tuple(log_end_column),
+        tuple(lag_column),
+        tuple(state_column),
+        partitions,
         tuple(topics),
         sum(t.sum_lag for t in topics),
         max((t.max_lag for t in topics), default=0),

@@ -108,8 +108,8 @@ def evaluate(
             # for an unread log end, that topic's alerts and the group's are kept (the poll resolved its lag).
             missing = {
                 tp.topic
-                for tp, row in zip(lag.tps, lag.partitions, strict=True)
-                if row.committed is None and _committed_before(track, tp)
+                for tp, committed in zip(lag.tps, lag.committed, strict=True)
+                if committed is None and _committed_before(track, tp)
             }
             if missing:
                 partial.add((group.group_id, None))

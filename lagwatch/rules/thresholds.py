@@ -103,7 +103,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     m = ctx.measure
     group = ctx.group.group_id
     progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
-    rows = m.lag.partitions
+    lags, tps = m.lag.lags, m.lag.tps
     end = 0  # each topic's rows are adjacent, in the order of lag.topics: this one's are rows[start:end]
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         start = end
@@ -124,7 +124,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
             continue  # a partition's log end unread: what the rest says may raise the alert, never lower it
         # The five rows with the most lag, in row order among equals (a stable sort of the row numbers).
-        worst = sorted(range(start, end), key=lambda i: -(rows[i].lag or 0))[:5]
+        worst = sorted(range(start, end), key=lambda i: -(lags[i] or 0))[:5]
         seconds = m.lag_seconds
         eta = m.eta_s
         falling_behind = m.falling_behind
@@ -151,7 +151,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
                 max_seconds,
                 eta,
                 falling_behind,
-                tuple(x for i in worst for x in (rows[i].partition, rows[i].lag, seconds[i])),
+                tuple(x for i in worst for x in (tps[i].partition, lags[i], seconds[i])),
             ),
             for_s=rules.lag.for_s,
             runbook_url=rules.lag.runbook_url,
