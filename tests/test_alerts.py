@@ -470,6 +470,10 @@ def test_compact_details_and_shared_labels_leave_the_book_as_plain_json() -> Non
     assert dict(details) == plain and details == plain and plain == details
     assert list(details) == list(plain) and len(details) == len(plain) and "lag" in details and "x" not in details
     assert details.get("lag") == 14000 and details.get("x") is None and repr(details) == repr(plain)
+    # Packed as machine values only where they read back the same: an int in seconds, an offset past 64 bits.
+    for odd in ((3, 7, 840), (3, 2**64, 1.5), (3, True, 1.5)):
+        kept = LagDetails(1, 1, None, None, False, odd)["worst_partitions"]
+        assert json.dumps(kept) == json.dumps([{"partition": 3, "lag": odd[1], "lag_seconds": odd[2]}])
     labels = MappingProxyType({"cluster": "c", "group": "g", "topic": "t"})
     f = Finding("lag", "warning", "c", "g", labels, "g lags", details)
     b = book(group_wait_s=0)

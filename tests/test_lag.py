@@ -139,7 +139,8 @@ def test_group_lag_agrees_with_the_plain_definition(
     # The rows are built on demand from the columns (and the poll's log starts, errors and members).
     assert [tuple(lag.row(i)) for i in range(len(lag.tps))] == rows
     columns = list(zip(lag.committed, lag.log_ends, lag.lags, lag.states, strict=True))
-    assert columns == [(r[2], r[4], r[5], r[6]) for r in rows]
+    assert columns == [(r[2], r[4], 0 if r[5] is None else r[5], r[6]) for r in rows]
+    assert [lag.lag(i) for i in range(len(lag.tps))] == [r[5] for r in rows]
     assert [(t.topic, t.sum_lag, t.max_lag, t.partitions) for t in lag.topics] == topics
     assert (lag.sum_lag, lag.max_lag) == (sum_lag, max_lag)
     assert list(lag.tps) == [TopicPartition(r[0], r[1]) for r in rows]  # type: ignore[arg-type]

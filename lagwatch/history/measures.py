@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -25,6 +26,8 @@ class LagTime(NamedTuple):
 UNKNOWN = LagTime(None)
 _new_tuple = tuple.__new__
 ESTIMATED, EXACT = 1, 2  # GroupMeasure.lag_kinds
+# Also in lag_kinds: the row has no lag in seconds, no consumption rate (their columns hold 0.0 there).
+NO_SECONDS, NO_CONSUMPTION = 4, 8
 _MISSING = object()
 CAUGHT_UP = LagTime(0.0)
 
@@ -46,10 +49,15 @@ class GroupMeasure(NamedTuple):
     API). `partitions` and `by_topic` build the rows on demand (the API, the lake, per-partition series)."""
 
     lag: GroupLag
-    lag_seconds: tuple[float | None, ...]  # each row's LagTime.seconds
-    lag_kinds: bytes  # each row's LagTime flags: ESTIMATED, EXACT (0: neither)
+    # Each row's LagTime.seconds (`seconds(i)`): machine doubles, 0.0 where lag_kinds says NO_SECONDS; a tuple
+    # where one is not a float (an int `now` given by a test): the figures must read back as they were made. A
+    # float object per group-partition kept till the next poll was 24 MB at 1M group-partitions.
+    lag_seconds: array[float] | tuple[float | None, ...]
+    lag_kinds: bytes  # each row's flags: ESTIMATED, EXACT (its LagTime), NO_SECONDS, NO_CONSUMPTION
     production_rates: tuple[float | None, ...]  # records/s appended to each row's partition over the rate window
-    consumption_rates: tuple[float | None, ...]  # records/s each row's committed offset advanced
+    # Records/s each row's committed offset advanced (`consumption(i)`): machine doubles, 0.0 where lag_kinds says
+    # NO_CONSUMPTION (ClusterHistory.consumption_rate gives floats only; 24 MB of float objects at 1M).
+    consumption_rates: array[float]
     max_lag_seconds: float | None
     lag_seconds_estimated: bool
     production_rate: float | None
@@ -61,10 +69,21 @@ class GroupMeasure(NamedTuple):
     topic_lag_seconds: tuple[float | None, ...]  # the worst known lag in seconds; None: none known
     topic_estimated: tuple[bool, ...]  # whether that lag in seconds is an estimate
 
+    def seconds(self, i: int) -> float | None:
+        """Row `i`'s lag in seconds (None: unknown)."""
+        column = self.lag_seconds
+        if type(column) is tuple:
+            return column[i]
+        return None if self.lag_kinds[i] & NO_SECONDS else column[i]
+
+    def consumption(self, i: int) -> float | None:
+        """Row `i`'s consumption rate (None: none)."""
+        return None if self.lag_kinds[i] & NO_CONSUMPTION else self.consumption_rates[i]
+
     def lag_time(self, i: int) -> LagTime:
         """Row `i`'s lag in seconds."""
         kind = self.lag_kinds[i]
-        return _new_tuple(LagTime, (self.lag_seconds[i], bool(kind & ESTIMATED), bool(kind & EXACT)))
+        return _new_tuple(LagTime, (self.seconds(i), bool(kind & ESTIMATED), bool(kind & EXACT)))
 
     def partition(self, i: int, row: PartitionLag | None = None) -> PartitionMeasure:
         """Row `i` as a PartitionMeasure (`row`: its PartitionLag, if built already)."""
@@ -74,7 +93,7 @@ class GroupMeasure(NamedTuple):
                 self.lag.row(i) if row is None else row,
                 self.lag_time(i),
                 self.production_rates[i],
-                self.consumption_rates[i],
+                self.consumption(i),
             ),
         )
 
@@ -157,9 +176,10 @@ def measure_group(
     if rates is None:
         rates = all_rates[since] = {}
     seconds_column: list[float | None] = []
+    all_floats = True  # every lag in seconds known is a float: the column is kept as machine doubles
     kinds = bytearray(len(lag.tps))
     production_column: list[float | None] = []
-    consumption_column: list[float | None] = []
+    consumption_column: list[float] = []
     topic_seconds: dict[str, float] = {}
     estimated_topics: set[str] = set()
     max_seconds: float | None = None
@@ -202,6 +222,8 @@ def measure_group(
             else:
                 lag_time = lag_seconds(timeline, committed, log_end, now, written_at)
                 seconds, estimated = lag_time.seconds, lag_time.estimated
+                if seconds is not None and type(seconds) is not float:
+                    all_floats = False  # `now` minus a record's time, both ints (a test's)
                 kinds[i] = (ESTIMATED if estimated else 0) | (EXACT if lag_time.exact else 0)
             if seconds is not None:
                 topic = tp.topic
@@ -215,7 +237,13 @@ def measure_group(
         consumed = consumption_rate(progress, since, start) if progress is not None else None
         seconds_column.append(seconds)
         production_column.append(production_rate)
-        consumption_column.append(consumed)
+        if seconds is None:
+            kinds[i] |= NO_SECONDS
+        if consumed is None:
+            kinds[i] |= NO_CONSUMPTION
+            consumption_column.append(0.0)
+        else:
+            consumption_column.append(consumed)
         if committed is not None:
             if production_rate is not None:
                 production = production_rate if production is None else production + production_rate
@@ -228,10 +256,12 @@ def measure_group(
         eta = lag.sum_lag / (consumption - production)
     return GroupMeasure(
         lag=lag,
-        lag_seconds=tuple(seconds_column),
+        lag_seconds=array("d", [0.0 if x is None else x for x in seconds_column])
+        if all_floats
+        else tuple(seconds_column),
         lag_kinds=bytes(kinds),
         production_rates=tuple(production_column),
-        consumption_rates=tuple(consumption_column),
+        consumption_rates=array("d", consumption_column),
         max_lag_seconds=max_seconds,
         lag_seconds_estimated=bool(estimated_topics),
         production_rate=production,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -17,13 +18,41 @@ _LAG_FIGURES = ("lag", "max_lag", "lag_seconds", "eta_s", "falling_behind")
 _LAG_KEYS = (*_LAG_FIGURES, "worst_partitions")
 
 
+# A worst partition packed: partition, lag, lag in seconds, and flags (1: no lag, 2: no lag in seconds).
+_WORST_ROW = "qqdB"
+_WORST = [struct.Struct("<" + _WORST_ROW * n) for n in range(6)]
+
+
+def _pack_worst(flat: tuple[int | float | None, ...]) -> bytes | tuple[int | float | None, ...]:
+    """(partition, lag, lag_seconds, ...) as machine values, or as given where one is not a plain int or float
+    (or there are more than five rows): the figures must read back as they were made."""
+    n = len(flat) // 3
+    if n >= len(_WORST):
+        return flat
+    values: list[int | float] = []
+    for i in range(0, len(flat), 3):
+        partition, lag, seconds = flat[i], flat[i + 1], flat[i + 2]
+        if (
+            type(partition) is not int
+            or (lag is not None and type(lag) is not int)
+            or (seconds is not None and type(seconds) is not float)
+        ):
+            return flat
+        values += (partition, 0 if lag is None else lag, 0.0 if seconds is None else seconds)
+        values.append((lag is None) | (seconds is None) << 1)
+    try:
+        return _WORST[n].pack(*values)
+    except struct.error:  # an offset beyond 64 bits
+        return flat
+
+
 class LagDetails(Mapping[str, Any]):
     """A lag finding's details, as the alert book keeps them until the next poll: {"lag", "max_lag",
     "lag_seconds", "eta_s", "falling_behind", "worst_partitions": [{"partition", "lag", "lag_seconds"}, ...]}.
-    The five worst partitions are one flat tuple (partition, lag, lag_seconds, ...), and are made dicts only when
-    read: where the details leave the process (the state's JSON, the API, notifications, the lake), which all
-    read them as a mapping. As dicts they were 1.6 KB of the alert's 1.9 KB: 10,000 lag alerts in a storm at 100k
-    group-partitions (bench/daemon_step_bench.py). Read-only, as every details mapping is."""
+    The five worst partitions are packed in one bytes (machine values), and are made dicts only when read: where
+    the details leave the process (the state's JSON, the API, notifications, the lake), which all read them as a
+    mapping. As dicts they were 1.6 KB of the alert's 1.9 KB: 10,000 lag alerts in a storm at 100k
+    group-partitions (bench/daemon_step_bench.py); packed, 160 bytes. Read-only, as every details mapping is."""
 
     __slots__ = ("eta_s", "falling_behind", "lag", "lag_seconds", "max_lag", "worst")
 
@@ -36,13 +65,27 @@ class LagDetails(Mapping[str, Any]):
         falling_behind: bool,
         worst: tuple[int | float | None, ...],
     ) -> None:
+        """`worst`: (partition, lag, lag_seconds) of each of the worst partitions, one after the other."""
         self.lag, self.max_lag, self.lag_seconds, self.eta_s = lag, max_lag, lag_seconds, eta_s
-        self.falling_behind, self.worst = falling_behind, worst
+        self.falling_behind, self.worst = falling_behind, _pack_worst(worst)
+
+    def _worst_rows(self) -> list[dict[str, Any]]:
+        w = self.worst
+        if isinstance(w, tuple):
+            return [{"partition": w[i], "lag": w[i + 1], "lag_seconds": w[i + 2]} for i in range(0, len(w), 3)]
+        values = _WORST[len(w) // _WORST[1].size].unpack(w)
+        return [
+            {
+                "partition": values[i],
+                "lag": None if values[i + 3] & 1 else values[i + 1],
+                "lag_seconds": None if values[i + 3] & 2 else values[i + 2],
+            }
+            for i in range(0, len(values), 4)
+        ]
 
     def __getitem__(self, key: str) -> Any:
         if key == "worst_partitions":
-            w = self.worst
-            return [{"partition": w[i], "lag": w[i + 1], "lag_seconds": w[i + 2]} for i in range(0, len(w), 3)]
+            return self._worst_rows()
         if key in _LAG_FIGURES:
             return getattr(self, key)
         raise KeyError(key)
@@ -103,7 +146,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
     m = ctx.measure
     group = ctx.group.group_id
     progress: str | None = None  # the group's catch-up wording: worked out once, for its first topic over
-    lags, tps = m.lag.lags, m.lag.tps
+    lags, tps = m.lag.lags, m.lag.tps  # lags: 0 where a row has none (m.lag.lag(i) says None)
     end = 0  # each topic's rows are adjacent, in the order of lag.topics: this one's are rows[start:end]
     for topic, max_seconds, estimated in zip(m.lag.topics, m.topic_lag_seconds, m.topic_estimated, strict=True):
         start = end
@@ -124,8 +167,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
             continue  # a partition's log end unread: what the rest says may raise the alert, never lower it
         # The five rows with the most lag, in row order among equals (a stable sort of the row numbers).
-        worst = sorted(range(start, end), key=lambda i: -(lags[i] or 0))[:5]
-        seconds = m.lag_seconds
+        worst = sorted(range(start, end), key=lambda i: -lags[i])[:5]
         eta = m.eta_s
         falling_behind = m.falling_behind
         if progress is None:
@@ -151,7 +193,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
                 max_seconds,
                 eta,
                 falling_behind,
-                tuple(x for i in worst for x in (tps[i].partition, lags[i], seconds[i])),
+                tuple(x for i in worst for x in (tps[i].partition, m.lag.lag(i), m.seconds(i))),
             ),
             for_s=rules.lag.for_s,
             runbook_url=rules.lag.runbook_url,
