@@ -470,6 +470,11 @@ def test_compact_details_and_shared_labels_leave_the_book_as_plain_json() -> Non
     assert dict(details) == plain and details == plain and plain == details
     assert list(details) == list(plain) and len(details) == len(plain) and "lag" in details and "x" not in details
     assert details.get("lag") == 14000 and details.get("x") is None and repr(details) == repr(plain)
+    from lagwatch.rules.progress import StoppedDetails
+
+    stopped = StoppedDetails(14000, "Empty")
+    assert json.dumps(dict(stopped)) == json.dumps({"lag": 14000, "state": "Empty"}) and stopped == dict(stopped)
+    assert repr(stopped) == repr(dict(stopped)) and stopped.get("state") == "Empty" and "members" not in stopped
     # Packed as machine values only where they read back the same: an int in seconds, an offset past 64 bits.
     for odd in ((3, 7, 840), (3, 2**64, 1.5), (3, True, 1.5)):
         kept = LagDetails(1, 1, None, None, False, odd)["worst_partitions"]
