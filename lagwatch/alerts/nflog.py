@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lagwatch.alerts.records import (
@@ -32,14 +32,28 @@ from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.model import SEVERITY_OF, Severity, from_row, key_part, worst
 
 
-@dataclass
-class AlertGroup:
+@dataclass(slots=True)
+class _AlertGroupFields:
     key: str
     labels: dict[str, str]
     # Per receiver: alert key -> severity, as last announced to it, and when.
     notified: dict[str, dict[str, Severity]] = field(default_factory=dict)
     last_notified_at: dict[str, float] = field(default_factory=dict)
     storm: dict[str, str] = field(default_factory=dict)  # receiver -> storm key: announced in a storm summary
+
+
+class AlertGroup(_AlertGroupFields):
+    """An alert group's notification log. Slotted (an instance dict was 112 of its 168 bytes; one per group in a
+    storm, 100,000 at 1M group-partitions); `vars(group)` still gives its fields, as the state database saves them."""
+
+    __slots__ = ()
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+        return {name: getattr(self, name) for name in _GROUP_FIELDS}
+
+
+_GROUP_FIELDS = tuple(f.name for f in fields(_AlertGroupFields))
 
 
 def group_key(group_by: Sequence[str], alert: Alert) -> tuple[str, dict[str, str]]:
