@@ -24,7 +24,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from lagwatch import gc_policy
+from lagwatch import gc_policy, malloc_policy
 from lagwatch.alerts import Alert, AlertBook, AlertState, Notification, Silence, restart
 from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
@@ -432,6 +432,7 @@ class Daemon:
         for callback in self.on_poll:
             callback(runtime)
         gc_policy.after_poll()
+        malloc_policy.after_poll()
 
     def _open_lake(self) -> LakeWriter | None:
         """The lake writer (pyarrow is imported only when the lake is on), with the configuration in force."""

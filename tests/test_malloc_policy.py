@@ -62,3 +62,30 @@ def test_an_operators_malloc_setting_wins() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     configured, _ = _retained_mb("on", env)
     assert configured == "False"
+
+
+TRIM_PROBE = """
+import resource, sys
+from lagwatch import malloc_policy
+
+def rss_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
+
+malloc_policy.configure()
+size = int(sys.argv[1])
+blocks = [b"x" * size for _ in range(20000)]  # 80 MB of heap blocks (above pymalloc's 512 bytes)
+kept = blocks[::50]  # every 50th stays alive: the heap cannot shrink from its top
+del blocks
+before = rss_mb()
+malloc_policy.after_poll()
+print(round(before - rss_mb()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_after_poll_gives_the_free_pages_within_the_heap_back() -> None:
+    """What a poll freed below blocks still in use stayed resident until the next poll took it again."""
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, "4000"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert int(out.stdout) >= 50
