@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from lagwatch.alerts import AlertBook
 from lagwatch.alerts.transitions import Transition, TransitionTracker
+from lagwatch.history.measures import ESTIMATED, EXACT
 from lagwatch.lake import codec
 from lagwatch.lake.settings import LakeConfig, S3Access, is_s3
 from lagwatch.model import ClusterSnapshot, TopicPartition
@@ -256,15 +257,18 @@ class LakeWriter:
         0.5 s at 100k group-partitions, must not hold up the other clusters and the API)."""
         figures: dict[str, dict[TopicPartition, tuple[int | None, str, float | None, bool, bool]]] = {}
         for group_id, measure in evaluation.measures.items():
+            # From the measure's columns: its rows are built only on demand (a PartitionLag, a LagTime and a
+            # PartitionMeasure per group-partition, as many as the figures themselves).
+            lag, kinds = measure.lag, measure.lag_kinds
             figures[group_id] = {
-                TopicPartition(m.partition.topic, m.partition.partition): (
-                    m.partition.lag,
-                    m.partition.state.value,
-                    m.lag_time.seconds,
-                    m.lag_time.estimated,
-                    m.lag_time.exact,
+                tp: (
+                    lag.lag(i),
+                    lag.states[i].value,
+                    measure.seconds(i),
+                    bool(kinds[i] & ESTIMATED),
+                    bool(kinds[i] & EXACT),
                 )
-                for m in measure.partitions
+                for i, tp in enumerate(lag.tps)
             }
         columns = codec.snapshot_rows(snapshot, figures, evaluation.expiries, records, records_caught_up)
         date = codec.date_of(snapshot.taken_at)
