@@ -4,7 +4,7 @@ OPTIMIZE and VACUUM) and the report on one local[2] SparkSession, its start time
 
     .venv/bin/python bench/delta_jobs_bench.py --groups 1000 --partitions 10 --hours 2 --interval 30
 
-A week at this size (20,160 polls, 222 M rows) is out of reach of this 2-core machine: at the measured backtest
+A week at this size at 30-s polls (20,160 polls, 222 M rows) is out of reach of this 2-core machine: at the measured backtest
 rate (12,800 lake rows/s) its replay alone would take about 5 hours. The report and compaction scale with rows.
 """
 
