@@ -423,3 +423,43 @@ def test_a_parquet_lake_written_before_delta_is_kept_and_read_as_it_is(tmp_path:
     assert not (tmp_path / "lake" / "snapshots" / "_delta_log").exists()
     rows = read(tmp_path / "lake", "snapshots").to_pandas().to_dict("records")
     assert codec.snapshots_from_rows("c", rows) == [s, s2]
+
+
+def test_compacting_a_delta_lake_while_the_daemon_appends_loses_and_doubles_no_row(tmp_path: Path) -> None:
+    """`compact` (OPTIMIZE, VACUUM) runs as a CronJob beside the daemon: its commits and the daemon's appends race
+    through the Delta log. Every poll appended while compactions ran comes back once."""
+    import threading
+
+    from deltalake import DeltaTable
+
+    from lagwatch.pipeline.compact import compact_lake
+
+    p = Pipeline()
+    lake = writer(tmp_path)
+    lake.record_config("c", {"lag": {}}, {"group_wait_s": 0}, 90.0, False, 30.0, p.book)
+    polls = [rich_snapshot(T0 + 30 * i) for i in range(60)]
+    done = threading.Event()
+    compactions: list[int] = []
+    errors: list[BaseException] = []
+
+    def compact_all_the_while() -> None:
+        try:
+            while not done.is_set():
+                summary = compact_lake(str(tmp_path / "lake"), "all", 0, say=lambda _: None, clock=lambda: T0 + 86400)
+                compactions.append(summary.files_before)
+        except BaseException as e:  # a failed compaction is a failed test, not a silent thread
+            errors.append(e)
+
+    compactor = threading.Thread(target=compact_all_the_while)
+    for i, s in enumerate(polls):
+        lake.record(s, p.step(s), p.book)
+        assert lake.flush()  # a commit per poll: many small files for the compactions to merge
+        if i == 5:
+            compactor.start()
+    done.set()
+    compactor.join()
+    assert not errors, errors
+    assert len(compactions) >= 2 and any(compactions), compactions  # they ran, and merged files
+    table = DeltaTable(str(tmp_path / "lake" / "snapshots"))
+    rows = pa.table(table.to_pyarrow_dataset().to_table()).to_pandas().to_dict("records")
+    assert codec.snapshots_from_rows("c", rows) == polls
