@@ -85,8 +85,8 @@ test: test-deps $(VENV)/.installed lint
 	$(VENV)/bin/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # What CI runs after `make test` (.ci/run), minutes of wall time each, kept out of the default run to keep it under
-# 15 minutes: the older brokers' focused runs, and the demo for ten minutes as a person runs it (`lagwatch run`),
-# which must page only for what is wrong.
+# 15 minutes: the older brokers' focused runs, the demo for ten minutes as a person runs it (`lagwatch run`),
+# which must page only for what is wrong, and spark-submit to a standalone Spark cluster.
 .PHONY: test-long
 test-long: system-deps $(VENV)/.installed
 	@for entry in $(OLDER_KAFKA); do \
@@ -96,7 +96,7 @@ test-long: system-deps $(VENV)/.installed
 	    $(OLDER_KAFKA_TESTS) $$extra || exit 1; \
 	done
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
-	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py
+	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py tests/test_spark_standalone.py
 
 bench: system-deps $(VENV)/.installed
 	$(PY) bench/poll_bench.py $(BENCH_ARGS)

@@ -21,7 +21,9 @@ pa = pytest.importorskip("pyarrow")
 from tests.s3_server import free_ports  # noqa: E402
 from tests.test_report_spark import RULES, write_small_lake  # noqa: E402
 
-pytestmark = pytest.mark.spark
+# A minute of wall time (a master, a worker and spark-submit's JVMs): in `make test-long`, which CI runs after
+# `make test`, to keep the default run under 15 minutes.
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 BIN = Path(sys.executable).parent
 
 
