@@ -14,7 +14,9 @@ OLDER_KAFKA := 4.1.2:tests/test_kip848_kafka.py:tests/test_share_groups_kafka.py
 # Java 17 and Maven run the local Kafka broker; the tests scrape lagwatch with Debian's Prometheus.
 # Installed from Debian's packages when missing.
 SYSTEM_PACKAGES := $(if $(shell command -v java),,openjdk-17-jre-headless) $(if $(shell command -v mvn),,maven) \
-  $(if $(shell python3 -c 'import ensurepip' 2>/dev/null && echo ok),,python3-venv)
+  $(if $(shell python3 -c 'import ensurepip' 2>/dev/null && echo ok),,python3-venv) \
+  $(if $(shell command -v gcc),,gcc) \
+  $(if $(shell python3 -c 'import os, sysconfig; print(os.path.exists(sysconfig.get_paths()["include"] + "/Python.h") or "")'),,python3-dev)
 # apt-get needs root: through sudo when `make` runs as another user.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Headless Chromium opens the Spark report's HTML page in the tests, as a person would.
@@ -30,19 +32,27 @@ test-deps: system-deps
 	  echo "installing from Debian: $(TEST_PACKAGES)"; \
 	  $(SUDO) apt-get update -q && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_PACKAGES); fi
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $@
 
+# The core compiled with mypyc (setup.py; gcc and Python's headers are among the system packages above). When a
+# compiled module's source changed since the last build, lagwatch runs its pure source, slower (`lagwatch --version`
+# says which core runs): this rebuilds it then, in about 45 s.
+.PHONY: native
+native: $(VENV)/.installed
+	@env -u LAGWATCH_PURE_PYTHON $(VENV)/bin/lagwatch --version | grep -q 'core: compiled' \
+	  || { echo "compiling the core with mypyc (about 45 s)"; $(PY) -m pip install -q --no-deps -e . 2>&1 | grep -v -i -E 'editable|precedence|^ *[*!]*$$|WheelFile|^ *\*+ *$$' || true; }
+
 # Runs lagwatch: with CONFIG=file it monitors the configured clusters, without it a local Kafka with demo traffic.
-run: system-deps $(VENV)/.installed
+run: system-deps $(VENV)/.installed native
 	$(VENV)/bin/lagwatch run $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check lagwatch tests bench
-	$(VENV)/bin/ruff format --check lagwatch tests bench
+	$(VENV)/bin/ruff check lagwatch tests bench setup.py
+	$(VENV)/bin/ruff format --check lagwatch tests bench setup.py
 	$(VENV)/bin/mypy lagwatch
 
 # Helm for the chart's tests: Debian has no package, so deploy/tools/install-helm.sh builds it with Go from the
@@ -77,7 +87,7 @@ lint: docs
 # broker scenarios (an outage, offsets expiring), so two run at once. 15 min in one process, 9 in two (2 cores).
 # Each worker starts its own broker; PYTEST_WORKERS= runs everything in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
-test: test-deps $(VENV)/.installed lint
+test: test-deps $(VENV)/.installed native lint
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	@# The S3 and Delta Lake connectors the pipeline image bakes in, for the Spark tests (once, before the two
 	@# workers could both fetch them): 16 s for the 686 MB AWS SDK bundle from Maven Central.
@@ -88,7 +98,7 @@ test: test-deps $(VENV)/.installed lint
 # 15 minutes: the older brokers' focused runs, the demo for ten minutes as a person runs it (`lagwatch run`),
 # which must page only for what is wrong, and spark-submit to a standalone Spark cluster.
 .PHONY: test-long
-test-long: system-deps $(VENV)/.installed
+test-long: system-deps $(VENV)/.installed native
 	@for entry in $(OLDER_KAFKA); do \
 	  version=$${entry%%:*}; extra=$${entry#*:}; \
 	  extra=$${extra//:/ }; echo "== Kafka $$version: $(OLDER_KAFKA_TESTS) $$extra"; \
@@ -98,7 +108,7 @@ test-long: system-deps $(VENV)/.installed
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
 	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py tests/test_spark_standalone.py
 
-bench: system-deps $(VENV)/.installed
+bench: system-deps $(VENV)/.installed native
 	$(PY) bench/poll_bench.py $(BENCH_ARGS)
 	$(PY) bench/metrics_bench.py
 

@@ -98,7 +98,10 @@ def timed(owner: Any, name: str, sink: dict[str, list[float]]) -> None:
         finally:
             sink.setdefault(name, []).append(time.perf_counter() - t0)
 
-    setattr(owner, name, wrapper)
+    try:
+        setattr(owner, name, wrapper)
+    except AttributeError:  # a method of a class compiled with mypyc (setup.py) cannot be replaced
+        say(f"  {type(owner).__name__}.{name} is compiled: not timed apart")
 
 
 class GcPauses:

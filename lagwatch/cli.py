@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from lagwatch import __version__, gc_policy, logs, malloc_policy
+from lagwatch import CORE, __version__, gc_policy, logs, malloc_policy
 from lagwatch.config import (
     ClusterConfig,
     NameFilter,
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lagwatch", description="Kafka consumer-lag monitoring and alerting")
-    parser.add_argument("--version", action="version", version=f"lagwatch {__version__}")
+    parser.add_argument("--version", action="version", version=f"lagwatch {__version__}, core: {CORE}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="watch the configured clusters; without any, a local Kafka with demo traffic")

@@ -24,7 +24,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from lagwatch import gc_policy, malloc_policy
+from lagwatch import CORE, gc_policy, malloc_policy
 from lagwatch.alerts import Alert, AlertBook, AlertState, Notification, Silence, restart
 from lagwatch.clock import SteadyClock
 from lagwatch.collect import ClusterPoller
@@ -620,7 +620,10 @@ class Daemon:
         # Cycles are collected here, not by CPython's automatic full collections (lagwatch.gc_policy).
         self.scheduler.add_job(gc_policy.full_collection, "interval", id="gc", seconds=gc_policy.FULL_EVERY_S)
         self.scheduler.start()
-        log.info("lagwatch running", extra={"clusters": list(self.clusters), "notifiers": list(self.notifiers)})
+        log.info(
+            "lagwatch running",
+            extra={"clusters": list(self.clusters), "notifiers": list(self.notifiers), "core": CORE},
+        )
         return self
 
     def stop(self, grace_s: float = 5.0) -> None:

@@ -18,6 +18,7 @@ ALLOWED_PREFIXES = (
     *(f"lagwatch.{name}" for name in ("model", "matchers", "step", *CORE_PACKAGES)),
     "pydantic",  # the settings models (config types) of rules and alerts
     "re2",  # user-supplied regexes run on RE2 (linear time): lagwatch.matchers
+    "mypy_extensions",  # mypyc_attr: how a class compiled with mypyc (setup.py) may be used; no I/O
     *(
         "__future__",
         "collections",

@@ -37,6 +37,8 @@ def test_the_wheel_installs_and_runs_without_then_with_the_spark_extra(wheel: Pa
 
     where = _run(python, "-c", "import lagwatch; print(lagwatch.__file__)", cwd=tmp_path)
     assert str(env_dir) in where.stdout, where  # the wheel's copy, not the checkout's
+    version = _run(lagwatch, "--version", cwd=tmp_path)  # the core compiled into the wheel (setup.py), and run
+    assert version.stdout.strip() == "lagwatch 0.1.0, core: compiled (mypyc: 12 core modules)", version
     assert _run(python, "-c", "import pyarrow", cwd=tmp_path).returncode != 0  # the extra is not there
 
     plain = tmp_path / "plain.yaml"

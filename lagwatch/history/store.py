@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mypy_extensions import mypyc_attr
+
 from lagwatch.history.codec import (
     ArrayReader,
     ArrayWriter,
@@ -79,6 +81,8 @@ def _aligned(ring: PollRing | None, start: int, newest: int) -> array[int] | Non
     return values if min(values) > NO_VALUE else None
 
 
+# Subclassed by tests that force one path of the window rules; compiled (setup.py), that must be allowed.
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass
 class ClusterHistory:
     cluster: str
@@ -114,6 +118,11 @@ class ClusterHistory:
     _clocks: tuple[Clock, Clock] = field(
         default=(Clock(0.0, False), Clock(0.0, True)), init=False, repr=False, compare=False
     )
+
+    def __post_init__(self) -> None:
+        # Set here too: compiled (setup.py), a dataclass does not take the default of an init=False field.
+        self._bounds_newest = 0
+        self._clocks = (Clock(0.0, False), Clock(0.0, True))
 
     def window(self, progress: PartitionProgress, tp: TopicPartition, since: float) -> list[Sample]:
         """`tp`'s samples from the last one at or before `since` to now (so the window is fully covered); all of
