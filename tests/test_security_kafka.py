@@ -88,7 +88,8 @@ def test_the_second_connection_to_a_coordinator_logs_in_as_the_first(sasl_broker
     side_connection): it must log in with the cluster's own settings, or every share group of a SASL cluster would
     be unreadable."""
     from lagwatch.collect import ClusterPoller
-    from lagwatch.collect.wire import Wire, _share_offsets_request
+    from lagwatch.collect.group_describes import OwnDescribeShareGroupOffsetsRequest
+    from lagwatch.collect.wire import Wire
     from lagwatch.config import ClusterConfig
 
     config = ClusterConfig.model_validate(
@@ -107,10 +108,12 @@ def test_the_second_connection_to_a_coordinator_logs_in_as_the_first(sasl_broker
         assert poller.poll().ok
         wire = Wire(poller._admin, 5000)
         (node,) = wire.broker_ids()
-        (answer,) = wire.run(wire._send_all, [], [(node, _share_offsets_request(["no-such-share-group"]))])
+        (answer,) = wire.run(wire._send_all, [], [(node, OwnDescribeShareGroupOffsetsRequest(["no-such-share-group"]))])
         side = dict(poller._admin._manager.lagwatch_side_connections)
     finally:
         poller.close()
     assert not isinstance(answer, BaseException), answer
-    assert [g.group_id for g in answer.groups] == ["no-such-share-group"]  # answered, on a connection logged in
+    assert [group_id for group_id, *_ in answer.groups] == [
+        "no-such-share-group"
+    ]  # answered, on a connection logged in
     assert list(side) == [node] and all(conn.closed for conn in side.values())

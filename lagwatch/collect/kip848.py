@@ -7,7 +7,8 @@ The share groups' schemas are kafka-clients 4.4.0's, unchanged. ShareGroupDescri
 
 The JSON files in `schemas/` describe version 0 of the wire format as Kafka 4 brokers send it (checked byte by
 byte against a 4.1.2 broker: the member id is a string, and a member's assignment holds only its topic-partitions).
-kafka-python's schema machinery encodes and decodes them like its own messages. A schema that did not match would
+kafka-python's schema machinery encodes them like its own messages; their answers are decoded by lagwatch
+(`group_describes`, at these schemas' versions), other versions by kafka-python. A schema that did not match would
 make kafka-python drop the connection, failing the poll; the integration test guards it.
 """
 

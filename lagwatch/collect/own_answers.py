@@ -1,5 +1,6 @@
 """kafka-python requests whose answers lagwatch decodes itself: the poll's two big answers (OffsetFetch v8 and
-DescribeGroups v5-6) are read straight into lagwatch's records, not into an object per field first.
+DescribeGroups v5-6), and those about KIP-848, streams and share groups (`group_describes`), are read straight
+into lagwatch's records, not into an object per field first.
 
 The request stays kafka-python's (sent, counted, retried and version-negotiated by it); only the header it builds
 is lagwatch's, so that kafka-python hands the answer's body to lagwatch's decoder. A malformed answer raises

@@ -22,6 +22,7 @@ from kafka.protocol.consumer import OffsetSpec
 
 from lagwatch.collect.checkpoints import checkpoint_group
 from lagwatch.collect.client import open_admin, translate
+from lagwatch.collect.group_describes import DescribedGroup
 from lagwatch.collect.kip848 import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -32,7 +33,6 @@ from lagwatch.collect.wire import (
     COORDINATOR_ERRORS,
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    DescribedGroup,
     GroupAnswers,
     ListedGroup,
     Wire,

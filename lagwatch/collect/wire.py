@@ -24,11 +24,15 @@ from kafka.record import MemoryRecords
 
 from lagwatch.collect.client import side_connection
 from lagwatch.collect.describe_groups import DescribeGroupsAnswer, OwnDescribeGroupsRequest
-from lagwatch.collect.kip848 import (
-    ConsumerGroupDescribeRequest,
-    DescribeShareGroupOffsetsRequest,
-    ShareGroupDescribeRequest,
-    StreamsGroupDescribeRequest,
+from lagwatch.collect.group_describes import (
+    DescribeAnswer,
+    DescribedGroup,
+    OwnConsumerGroupDescribeRequest,
+    OwnDescribeShareGroupOffsetsRequest,
+    OwnShareGroupDescribeRequest,
+    OwnStreamsGroupDescribeRequest,
+    ShareOffsetsAnswer,
+    capitalised,
 )
 from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request
 from lagwatch.model import CommittedOffset, Member, ShareOffset, TopicPartition
@@ -60,13 +64,6 @@ class ListedGroup:
     protocol_type: str
     state: str | None  # ListGroups v4+
     group_type: str | None  # ListGroups v5+: classic, consumer, share, streams
-
-
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
-    state: str
-    protocol_type: str
-    members: tuple[Member, ...]
 
 
 @dataclass
@@ -249,21 +246,21 @@ class Wire:
             queues = [g for g in group_ids if modern.get(g) == "share"]
             if queues:
                 group_ids = [g for g in group_ids if modern.get(g) != "share"]
-                requests.append((coordinator, ShareGroupDescribeRequest(group_ids=queues)))
+                requests.append((coordinator, OwnShareGroupDescribeRequest(group_ids=queues)))
                 handlers.append(_describe_handler(queues, answers, _share_group))
                 # On a connection of its own, and in a few parts: see SHARE_OFFSETS_PARTS.
                 for part in _parts(queues, SHARE_OFFSETS_PARTS, SHARE_OFFSETS_PART_MIN):
-                    aside.append((coordinator, _share_offsets_request(part)))
+                    aside.append((coordinator, OwnDescribeShareGroupOffsetsRequest(part)))
                     aside_handlers.append(_share_offsets_handler(part, answers))
             if applications:
-                requests.append((coordinator, StreamsGroupDescribeRequest(group_ids=applications)))
+                requests.append((coordinator, OwnStreamsGroupDescribeRequest(group_ids=applications)))
                 handlers.append(_describe_handler(applications, answers, _streams_group))
             if classic:
                 describe = OwnDescribeGroupsRequest(classic) if own_describe else DescribeGroupsRequest(groups=classic)
                 requests.append((coordinator, describe))
                 handlers.append(_describe_handler(classic, answers, _classic_group))
             if kip848:
-                requests.append((coordinator, ConsumerGroupDescribeRequest(group_ids=kip848)))
+                requests.append((coordinator, OwnConsumerGroupDescribeRequest(group_ids=kip848)))
                 handlers.append(_describe_handler(kip848, answers, _kip848_group))
             for chunk, request in self._offset_fetch_requests(group_ids) if group_ids else ():
                 requests.append((coordinator, request))
@@ -505,6 +502,13 @@ def _describe_handler(
         if isinstance(response, DescribeGroupsAnswer):  # v5-6, decoded by lagwatch
             _take_described(response, answers)
             return
+        if isinstance(response, DescribeAnswer):  # KIP-848, streams and share groups, decoded by lagwatch
+            for group_id, error_code, error_message, described in response.groups:
+                if described is None:
+                    answers.errors.setdefault(group_id, Errors.for_code(error_code)(error_message or ""))
+                else:
+                    answers.described[group_id] = described
+            return
         for g in response.groups:
             error = Errors.for_code(g.error_code)
             if error is not Errors.NoError:
@@ -563,7 +567,7 @@ def _kip848_group(g: Any) -> DescribedGroup:
         )
         for m in g.members
     )
-    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="consumer", members=members)
+    return DescribedGroup(state=capitalised(g.group_state), protocol_type="consumer", members=members)
 
 
 def _streams_group(g: Any) -> DescribedGroup:
@@ -587,7 +591,7 @@ def _streams_group(g: Any) -> DescribedGroup:
         )
         for m in g.members
     )
-    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="streams", members=members)
+    return DescribedGroup(state=capitalised(g.group_state), protocol_type="streams", members=members)
 
 
 def _share_group(g: Any) -> DescribedGroup:
@@ -600,7 +604,7 @@ def _share_group(g: Any) -> DescribedGroup:
         )
         for m in g.members
     )
-    return DescribedGroup(state=_capitalised(g.group_state), protocol_type="share", members=members)
+    return DescribedGroup(state=capitalised(g.group_state), protocol_type="share", members=members)
 
 
 def _parts(items: list[str], most: int, least: int) -> list[list[str]]:
@@ -608,11 +612,6 @@ def _parts(items: list[str], most: int, least: int) -> list[list[str]]:
     count = max(1, min(most, len(items) // least))
     size = max(1, -(-len(items) // count))
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _share_offsets_request(group_ids: list[str]) -> Any:
-    group_cls = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
-    return DescribeShareGroupOffsetsRequest(groups=[group_cls(group_id=g, topics=None) for g in group_ids])
 
 
 def _share_offsets_handler(group_ids: list[str], answers: GroupAnswers) -> Callable[[Any], None]:
@@ -624,6 +623,13 @@ def _share_offsets_handler(group_ids: list[str], answers: GroupAnswers) -> Calla
         if isinstance(response, BaseException):
             for g in group_ids:
                 answers.errors.setdefault(g, response)
+            return
+        if isinstance(response, ShareOffsetsAnswer):  # v0-1, decoded by lagwatch
+            for group_id, error_code, error_message, found in response.groups:
+                if error_code:
+                    answers.errors.setdefault(group_id, Errors.for_code(error_code)(error_message or ""))
+                else:
+                    answers.share_offsets[group_id] = found
             return
         for g in response.groups:
             error = Errors.for_code(g.error_code)
@@ -643,11 +649,6 @@ def _share_offsets_handler(group_ids: list[str], answers: GroupAnswers) -> Calla
             answers.share_offsets[g.group_id] = offsets
 
     return handle
-
-
-def _capitalised(state: str) -> str:
-    """Modern groups' states are lower case ("stable", "not_ready"); classic ones capitalised: shown alike."""
-    return state[:1].upper() + state[1:]
 
 
 def _member(m: Any, protocol_type: str) -> Member:
