@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import resource
 import statistics
 import sys
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagwatch import gc_policy, malloc_policy
+from lagwatch import CORE, gc_policy, malloc_policy
 from lagwatch.alerts import Receiver
 from lagwatch.config import ClusterConfig, load_settings
 from lagwatch.daemon import Daemon
@@ -81,6 +82,10 @@ class SyntheticPoller:
 
     def close(self) -> None:
         pass
+
+
+def _load() -> str:
+    return "-".join(f"{x:.2f}" for x in os.getloadavg()[:2])  # 1 and 5 minutes: the machine beside the figures
 
 
 def current_rss_mb() -> float:
@@ -214,6 +219,7 @@ def run(
         timed(daemon, "render_metrics", phases)
         timed(daemon.book, "due", phases)  # the notification pass over every alert, after every poll
         totals, gc_per_step, cpu = [], [], []
+        load_before = _load()
         runtime = daemon.clusters["bench"]
         for i in range(steps):
             # A daemon polls every 30 s: the last history save (0.4 s on its own thread) is long done by the next
@@ -235,6 +241,7 @@ def run(
         daemon.stop()
     rest = totals[1:] or totals
     print(f"\n{groups} groups x {partitions} partitions = {groups * partitions:,} group-partitions")
+    print(f"  {CORE}; load average {load_before} before the steps, {_load()} after")
     print(
         f"  whole step: first {totals[0]:.3f} s, median of the rest {statistics.median(rest):.3f} s "
         f"(fastest {min(rest):.3f} s: on a machine whose speed drifts, noise only ever adds time)"
