@@ -22,7 +22,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -320,10 +320,13 @@ class ClusterHistory:
         # The clocks this poll sets, one of each shared by every partition it sets them on (frozen values): a
         # Clock per group-partition was 56 bytes each, 50 MB at 1M group-partitions.
         self._clocks = (Clock(now, observed=False), Clock(now, observed=True))
+        # The poll's time as the snapshot's own float object, which every group's track keeps (compiled, setup.py,
+        # a float argument is a machine number, and each track got a float object of its own: 5 MB at 1M).
+        at: Any = cast(Any, snapshot).taken_at
         for group in snapshot.groups:
             seen.add(group.group_id)
             if group.error is None:
-                self._observe_group(group, now, poll, snapshot.partitions)
+                self._observe_group(group, at, poll, snapshot.partitions)
             elif group.group_id in self.groups:
                 self.groups[group.group_id].unreadable = True
         for group_id, track in self.groups.items():
@@ -398,8 +401,9 @@ class ClusterHistory:
         return max(track.evidence_since, self.evidence_since)
 
     def _observe_group(
-        self, group: GroupSnapshot, now: float, poll: int, logs: Mapping[TopicPartition, PartitionOffsets]
+        self, group: GroupSnapshot, now: Any, poll: int, logs: Mapping[TopicPartition, PartitionOffsets]
     ) -> None:
+        """`now`: the poll's time (a float)."""
         first_look = group.group_id not in self.groups
         # Not there at the last poll, watched without a gap since before it: made since (ListGroups failing on a
         # broker fails the poll; a group it leaves out is kept from the poll before, collect.poll).
