@@ -2,7 +2,8 @@
 
 Why: at 1M group-partitions the whole daemon step took 10.3 s in pure Python against issue #31's 8 s, with a
 flat profile (about 1 us of Python per group-partition in each of the lag rows, the measures, the history and the
-rules). The same source compiled: 7.5 s, and 0.98 -> 0.66 s at 100k (bench/README.md, "The core compiled").
+rules). The same source compiled: 7.0 s against 10.5 s, and 0.68 s against 0.94 s at 100k, side by side on a
+quiet machine (bench/README.md, "The core compiled with mypyc").
 
 The source stays the pure Python the tests, the type checker and Spark read. Without a C compiler, or with
 LAGWATCH_PURE_PYTHON=1 at build time, the package is built pure; `lagwatch.native` chooses at import time, and
