@@ -96,7 +96,8 @@ test: test-deps $(VENV)/.installed native lint
 
 # What CI runs after `make test` (.ci/run), minutes of wall time each, kept out of the default run to keep it under
 # 15 minutes: the older brokers' focused runs, the demo for ten minutes as a person runs it (`lagwatch run`),
-# which must page only for what is wrong, and spark-submit to a standalone Spark cluster.
+# which must page only for what is wrong, spark-submit to a standalone Spark cluster, and the wheel as a user
+# installs it (its build compiles the core).
 .PHONY: test-long
 test-long: system-deps $(VENV)/.installed native
 	@for entry in $(OLDER_KAFKA); do \
@@ -106,7 +107,8 @@ test-long: system-deps $(VENV)/.installed native
 	    $(OLDER_KAFKA_TESTS) $$extra || exit 1; \
 	done
 	$(VENV)/bin/lagwatch dev-broker --fetch-only --kafka-version $(KAFKA_VERSION)
-	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py tests/test_spark_standalone.py
+	$(VENV)/bin/pytest -q -m long -p no:cacheprovider tests/test_demo_long.py tests/test_spark_standalone.py \
+	  tests/test_wheel_install.py
 
 bench: system-deps $(VENV)/.installed native
 	$(PY) bench/poll_bench.py $(BENCH_ARGS)

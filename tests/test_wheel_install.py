@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# In `make test-long` (CI runs it after `make test`): building the wheel compiles the core (setup.py, about 45 s)
+# and installing it with the spark extra takes as long again; `make test` stays under 15 minutes without it.
+pytestmark = pytest.mark.long
 
 
 def _run(*args: str | Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
