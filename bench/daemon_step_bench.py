@@ -124,12 +124,11 @@ class GcPauses:
             self.seconds[info["generation"]] += time.perf_counter() - self.started
 
 
-def kafka_poller(bootstrap: str, groups: int, partitions: int, create: bool = True) -> Any:
-    """G groups on a real broker (poll_bench's groups: committed at 0, 20 groups a topic), then records on every
-    partition so that every group lags: the poll is the daemon's own ClusterPoller. `create=False`: an earlier run
-    created them on this broker."""
+def kafka_poller(bootstrap: str, groups: int, partitions: int, create: bool = True, per_topic: int = 20) -> Any:
+    """G groups on a real broker (poll_bench's groups: committed at 0, `per_topic` groups a topic), then records on
+    every partition so that every group lags: the poll is the daemon's own ClusterPoller. `create=False`: an earlier
+    run created them on this broker."""
     from kafka import KafkaProducer
-    from poll_bench import GROUPS_PER_TOPIC as PER_TOPIC
     from poll_bench import create_groups
 
     from lagwatch.collect import ClusterPoller
@@ -137,9 +136,9 @@ def kafka_poller(bootstrap: str, groups: int, partitions: int, create: bool = Tr
     poller = SpacedPolls(ClusterPoller("bench", ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False)))
     if not create:
         return poller
-    create_groups(bootstrap, "d", groups, partitions)
+    create_groups(bootstrap, "d", groups, partitions, per_topic)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=65536)
-    topics = (groups + PER_TOPIC - 1) // PER_TOPIC
+    topics = (groups + per_topic - 1) // per_topic
     for t in range(topics):
         for p in range(partitions):
             for _ in range(RECORDS_PER_PARTITION):
@@ -176,6 +175,7 @@ def run(
     bootstrap: str | None,
     create: bool = True,
     receivers: int = 0,
+    per_topic: int = 20,
 ) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
@@ -189,7 +189,7 @@ def run(
         poller = (
             SyntheticPoller(groups, partitions, interval)
             if bootstrap is None
-            else kafka_poller(bootstrap, groups, partitions, create)
+            else kafka_poller(bootstrap, groups, partitions, create, per_topic)
         )
         cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
         daemon = Daemon(
@@ -274,6 +274,14 @@ def main() -> None:
     parser.add_argument(
         "--bootstrap", help="with --kafka: a running Kafka on which an earlier run created the groups (no new broker)"
     )
+    parser.add_argument("--broker-heap", default="1g", help="with --kafka: the local broker's Java heap")
+    parser.add_argument(
+        "--groups-per-topic",
+        type=int,
+        default=20,
+        help="with --kafka: groups committed on each topic (100,000 groups at 20 a topic are 50,000 partitions: two "
+        "index maps each, past Linux's default vm.max_map_count of 65,530)",
+    )
     parser.add_argument(
         "--default-malloc", action="store_true", help="glibc's moving mmap threshold, not lagwatch run's"
     )
@@ -289,11 +297,20 @@ def main() -> None:
     if args.kafka:
         from lagwatch.devbroker import LocalBroker
 
-        with LocalBroker(heap="1g") as broker:
+        with LocalBroker(heap=args.broker_heap) as broker:
             for size in args.sizes.split(","):
                 g, p = (int(x) for x in size.split("x"))
                 say(f"{g} groups x {p} partitions on Kafka at {broker.bootstrap}: creating ...")
-                run(g, p, args.steps, args.warm, args.default_gc, broker.bootstrap, receivers=args.receivers)
+                run(
+                    g,
+                    p,
+                    args.steps,
+                    args.warm,
+                    args.default_gc,
+                    broker.bootstrap,
+                    receivers=args.receivers,
+                    per_topic=args.groups_per_topic,
+                )
         return
     for size in args.sizes.split(","):
         g, p = (int(x) for x in size.split("x"))

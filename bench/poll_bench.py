@@ -79,15 +79,15 @@ def say(message: str) -> None:
 # -- the groups ---------------------------------------------------------------------------------------------
 
 
-def create_groups(bootstrap: str, prefix: str, groups: int, partitions: int) -> None:
+def create_groups(bootstrap: str, prefix: str, groups: int, partitions: int, per_topic: int = GROUPS_PER_TOPIC) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60000)
-    topics = [f"{prefix}-t{i:04d}" for i in range((groups + GROUPS_PER_TOPIC - 1) // GROUPS_PER_TOPIC)]
+    topics = [f"{prefix}-t{i:04d}" for i in range((groups + per_topic - 1) // per_topic)]
     for start in range(0, len(topics), 100):
         admin.create_topics([NewTopic(t, partitions, 1) for t in topics[start : start + 100]])
     say(f"  {len(topics)} topics x {partitions} partitions created")
     t0 = time.monotonic()
     for i in range(groups):
-        topic = topics[i // GROUPS_PER_TOPIC]
+        topic = topics[i // per_topic]
         offsets = {TopicPartition(topic, p): OffsetAndMetadata(0, "", -1) for p in range(partitions)}
         commit_with_retry(admin, f"{prefix}-g{i:05d}", offsets)
         if (i + 1) % 500 == 0:
