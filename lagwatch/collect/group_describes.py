@@ -18,6 +18,7 @@ Other versions go through kafka-python as before. A malformed answer raises Valu
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,66 +240,60 @@ class _Groups:
             self.groups.append((group_id, 0, error_message, described_memberless))
 
 
-def decode_consumer_describe(data: bytes) -> DescribeAnswer:
-    """The body of a ConsumerGroupDescribe v0 answer (KIP-848 groups)."""
+def _consumer_member(r: _Reader) -> Member:
+    member_id = r.text()
+    r.compact_nullable_string()  # instance id
+    r.compact_nullable_string()  # rack id
+    r.int32()  # member epoch
+    client_id, client_host = r.text(), r.text()
+    subscribed = tuple(r.strings())
+    regex = r.compact_nullable_string()
+    assignment = tuple(r.topic_partitions())
+    r.topic_partitions()  # target assignment
+    r.tags()
+    return Member(member_id, client_id, client_host, assignment, subscribed, regex or None)
+
+
+def _share_member(r: _Reader) -> Member:
+    member_id = r.text()
+    r.compact_nullable_string()  # rack id
+    r.int32()  # member epoch
+    client_id, client_host = r.text(), r.text()
+    subscribed = tuple(r.strings())
+    assignment = tuple(r.topic_partitions())
+    r.tags()
+    return Member(member_id, client_id, client_host, assignment, subscribed)
+
+
+def _decode_describe(data: bytes, protocol_type: str, member: Callable[[_Reader], Member], name: str) -> DescribeAnswer:
+    """ConsumerGroupDescribe's and ShareGroupDescribe's answers: the same groups around members of their own."""
     r = _Reader(data)
-    text, nullable_text, int32, skip_tags = r.text, r.compact_nullable_string, r.int32, r.tags
-    throttle = int32()
-    out = _Groups("consumer")
+    text, nullable_text, skip_tags = r.text, r.compact_nullable_string, r.tags
+    throttle = r.int32()
+    out = _Groups(protocol_type)
     for _ in range(r.compact_array_length()):
         error_code, error_message = r.int16(), nullable_text()
         group_id, state = text(), text()
         r.skip(8)  # group epoch, assignment epoch
         text()  # assignor name
-        members = []
-        for _ in range(r.compact_array_length()):
-            member_id = text()
-            nullable_text()  # instance id
-            nullable_text()  # rack id
-            int32()  # member epoch
-            client_id, client_host = text(), text()
-            subscribed = tuple(r.strings())
-            regex = nullable_text()
-            assignment = tuple(r.topic_partitions())
-            r.topic_partitions()  # target assignment
-            skip_tags()
-            members.append(Member(member_id, client_id, client_host, assignment, subscribed, regex or None))
-        int32()  # authorized operations: not asked for
+        members = [member(r) for _ in range(r.compact_array_length())]
+        r.int32()  # authorized operations: not asked for
         skip_tags()
         out.add(group_id, error_code, error_message, state, members)
     skip_tags()
-    r.expect_end("ConsumerGroupDescribe answer")
+    r.expect_end(f"{name} answer")
     return DescribeAnswer(throttle, out.groups)
+
+
+def decode_consumer_describe(data: bytes) -> DescribeAnswer:
+    """The body of a ConsumerGroupDescribe v0 answer (KIP-848 groups)."""
+    return _decode_describe(data, "consumer", _consumer_member, "ConsumerGroupDescribe")
 
 
 def decode_share_describe(data: bytes) -> DescribeAnswer:
     """The body of a ShareGroupDescribe v1 answer: members' assignments are share-partitions (several members may
     share one)."""
-    r = _Reader(data)
-    text, nullable_text, int32, skip_tags = r.text, r.compact_nullable_string, r.int32, r.tags
-    throttle = int32()
-    out = _Groups("share")
-    for _ in range(r.compact_array_length()):
-        error_code, error_message = r.int16(), nullable_text()
-        group_id, state = text(), text()
-        r.skip(8)  # group epoch, assignment epoch
-        text()  # assignor name
-        members = []
-        for _ in range(r.compact_array_length()):
-            member_id = text()
-            nullable_text()  # rack id
-            int32()  # member epoch
-            client_id, client_host = text(), text()
-            subscribed = tuple(r.strings())
-            assignment = tuple(r.topic_partitions())
-            skip_tags()
-            members.append(Member(member_id, client_id, client_host, assignment, subscribed))
-        int32()  # authorized operations
-        skip_tags()
-        out.add(group_id, error_code, error_message, state, members)
-    skip_tags()
-    r.expect_end("ShareGroupDescribe answer")
-    return DescribeAnswer(throttle, out.groups)
+    return _decode_describe(data, "share", _share_member, "ShareGroupDescribe")
 
 
 def decode_streams_describe(data: bytes) -> DescribeAnswer:
