@@ -42,8 +42,9 @@ $(VENV)/.installed: pyproject.toml setup.py
 # compiled module's source changed since the last build, lagwatch runs its pure source, slower (`lagwatch --version`
 # says which core runs): this rebuilds it then, in about 45 s.
 .PHONY: native
+# Rebuilt when the compiled core no longer matches its source, or setup.py (its list of modules) is newer.
 native: $(VENV)/.installed
-	@env -u LAGWATCH_PURE_PYTHON $(VENV)/bin/lagwatch --version | grep -q 'core: compiled' \
+	@{ [ ! setup.py -nt lagwatch/_native_build.json ] && env -u LAGWATCH_PURE_PYTHON $(VENV)/bin/lagwatch --version | grep -q 'core: compiled'; } \
 	  || { echo "compiling the core with mypyc (about 45 s)"; $(PY) -m pip install -q --no-deps -e . 2>&1 | grep -v -i -E 'editable|precedence|^ *[*!]*$$|WheelFile|^ *\*+ *$$' || true; }
 
 # Runs lagwatch: with CONFIG=file it monitors the configured clusters, without it a local Kafka with demo traffic.

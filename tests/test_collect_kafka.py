@@ -202,6 +202,44 @@ def test_legacy_offset_fetch_one_request_per_group(
     }
 
 
+def test_offset_fetch_in_parts_for_a_coordinator_of_many_groups(
+    scenario: kafka_scenario.Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From 2 x OFFSET_FETCH_PART_MIN groups a coordinator's OffsetFetch goes in parts, every other one on the side
+    connection (the broker works on two at once): the same offsets and errors as one request, every group read.
+    More parts than a connection takes in flight go in rounds, on the side connection too (the sixth request sent
+    at once failed its groups), at the first poll (the side connection still connecting) and later ones."""
+    from lagwatch.collect import client, wire
+
+    config = ClusterConfig(bootstrap_servers=[scenario.bootstrap], groups=NameFilter(include=[_group_regex(scenario)]))
+    whole = ClusterPoller("whole", config)
+    expected = whole.poll()
+    whole.close()
+    assert expected.requests["OffsetFetch"] == 1
+    wanted = {g.group_id: (dict(g.committed), g.error) for g in expected.groups}
+    assert len(wanted) == 6 and sum(1 for c, _ in wanted.values() if c) >= 4
+
+    monkeypatch.setattr(wire, "OFFSET_FETCH_PART_MIN", 1)
+    monkeypatch.setattr(wire, "OFFSET_FETCH_PARTS", 6)  # the scenario's 6 groups: one a part, 3 on each connection
+    options = client.admin_client_options
+    monkeypatch.setattr(  # 2 in flight a connection: the 3 parts on each take two rounds
+        client,
+        "admin_client_options",
+        lambda name, cluster: {**options(name, cluster), "max_in_flight_requests_per_connection": 2},
+    )
+    parts = ClusterPoller("parts", config)
+    try:
+        for _ in range(3):
+            snapshot = parts.poll()
+            assert snapshot.ok, snapshot.error
+            assert snapshot.requests["OffsetFetch"] == 6
+            assert {g.group_id: (dict(g.committed), g.error) for g in snapshot.groups} == wanted
+        side = dict(parts._admin._manager.lagwatch_side_connections)
+    finally:
+        parts.close()
+    assert list(side) == [next(iter(parts._coordinators.values()))]  # the side parts' connection
+
+
 def test_exact_lag_seconds_from_the_record_timestamp(bootstrap: str) -> None:
     """Exact mode reads the timestamp of the record at the committed offset: right on the very first poll."""
     import time

@@ -12,7 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
-from lagwatch.collect.offset_fetch import OffsetFetchAnswer, OffsetFetchV8Request, _Decoder, decode
+from lagwatch.collect.offset_fetch import OffsetFetchV8Request, _Decoder
+from lagwatch.collect.offset_fetch_answer import OffsetFetchAnswer, decode
 from lagwatch.collect.wire import GroupAnswers, _offset_fetch_handler
 from lagwatch.model import CommittedOffset, TopicPartition
 from tests.test_offsets_topic_decode import compact_string, uvarint

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from mypy_extensions import mypyc_attr
+
 __all__ = [
     "GroupMember",
     "GroupMetadata",
@@ -125,6 +127,7 @@ class Malformed(Exception):
     """The bytes do not follow the schema; turned into Undecodable at the top."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py); the describe decoders' reader extends it
 class WireReader:
     """Reads Kafka's protocol primitives from the front of a buffer; raises only Malformed. Also reads the
     OffsetFetch answers of a poll (lagwatch.collect.offset_fetch)."""
