@@ -41,6 +41,7 @@ COMPILED = [
     "lagwatch/collect/offset_fetch_answer.py",
     "lagwatch/offsets_topic/decode.py",
     "lagwatch/serve/metrics.py",
+    "lagwatch/collect/assemble.py",
 ]
 MANIFEST = "lagwatch/_native_build.json"  # which modules were compiled, from which source (lagwatch.native)
 

@@ -210,7 +210,7 @@ def timed_polls(poll: Callable[[], Any], wire: WireCount, repeat: int, broker_pi
 
 # -- lagwatch (worker) ---------------------------------------------------------------------------------------
 
-LAGWATCH_STEPS = ("_list_groups", "_read_groups", "_group_snapshot", "_log_offsets", "_broker_settings")
+LAGWATCH_STEPS = ("_list_groups", "_read_groups", "_group_snapshots", "_log_offsets", "_broker_settings")
 
 
 def worker_lagwatch(bootstrap: str, prefix: str, repeat: int, broker_pid: int) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetSpec
 
+from lagwatch.collect.assemble import group_snapshots, partitions_of, short_tails
 from lagwatch.collect.checkpoints import checkpoint_group
 from lagwatch.collect.client import open_admin, translate
-from lagwatch.collect.group_describes import DescribedGroup
 from lagwatch.collect.kip848 import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -36,7 +36,6 @@ from lagwatch.collect.wire import (
     GroupAnswers,
     ListedGroup,
     Wire,
-    error_text,
 )
 from lagwatch.config import ClusterConfig
 from lagwatch.errors import ClusterError
@@ -78,20 +77,6 @@ SHARE_LAG_UNREPORTED = (
     "described, their start offsets shown and their lag estimated as an upper bound (log end - start offset) in "
     "`check` and the API, and no lag rule judges them"
 )
-
-
-def classify(protocol_type: str, group_type: str | None) -> GroupKind:
-    if group_type == "consumer":
-        return GroupKind.CONSUMER
-    if group_type == "streams":
-        return GroupKind.STREAMS
-    if group_type == "share":
-        return GroupKind.SHARE
-    if protocol_type == "consumer":
-        return GroupKind.CLASSIC
-    if protocol_type == "":
-        return GroupKind.SIMPLE
-    return GroupKind.OTHER
 
 
 # Control records (transaction markers) a group may be committed below: one per transaction in the tail.
@@ -204,17 +189,13 @@ class ClusterPoller:
         for group_id in [g for g in unlisted if _unlisted_gone(g, answers)]:
             del unlisted[group_id]
         self._known = {**listed, **unlisted} if unlisted else listed
-        groups = tuple(self._group_snapshot(g, answers) for g in sorted(self._known.values(), key=lambda g: g.group_id))
+        groups = self._group_snapshots(sorted(self._known.values(), key=lambda g: g.group_id), answers)
         groups += tuple(checkpoint_group(n, c) for n, c in sorted(self.config.checkpoint_consumers.items()))
         # The topic filter once per topic and poll: per group-partition it was 200k RE2 matches (1 s) at 100k.
         kept = functools.cache(self.config.topics.matches)
         # Every group's partitions deduplicated before the filter: 100k group-partitions are a few thousand
         # partitions (a set comprehension filtering each group-partition was a fifth of the poll's CPU at 100k).
-        seen: set[TopicPartition] = set()
-        for g in groups:
-            seen.update(g.committed)
-            seen.update(g.member_of())
-            seen.update(g.share_offsets)
+        seen = partitions_of(groups)
         needed = sorted(tp for tp in seen if kept(tp.topic))
         partitions, leaders, missing = self._log_offsets(wire, needed)
         # Topic filters apply to what a group shows as well as to what lagwatch asks for (nothing to take out of
@@ -240,14 +221,9 @@ class ClusterPoller:
         ends = {tp: o.log_end for tp, o in partitions.items() if o.log_end is not None}
         previous, self._log_ends = self._log_ends, ends
         idle = {tp: end for tp, end in ends.items() if previous.get(tp) == end}
-        short: dict[TopicPartition, int] = {}  # idle partition -> the lowest committed offset in its short tail
-        if idle:  # a busy cluster, every log growing, costs nothing more
-            for g in groups:
-                for tp, committed in g.committed.items():
-                    end = idle.get(tp)
-                    offset = committed.offset
-                    if end is not None and 0 < end - offset <= CONTROL_TAIL_RECORDS and offset < short.get(tp, end):
-                        short[tp] = offset
+        # idle partition -> the lowest committed offset in its short tail (a busy cluster, every log growing, costs
+        # nothing more)
+        short = short_tails(groups, idle, CONTROL_TAIL_RECORDS) if idle else {}
         wanted: dict[TopicPartition, tuple[int, int]] = {}
         known: dict[TopicPartition, int | None] = {}
         for tp, offset in short.items():
@@ -359,26 +335,8 @@ class ClusterPoller:
             time.sleep(0.2)
         return answers
 
-    def _group_snapshot(self, listed: ListedGroup, answers: GroupAnswers) -> GroupSnapshot:
-        described: DescribedGroup | None = answers.described.get(listed.group_id)
-        error = answers.errors.get(listed.group_id)
-        protocol_type = described.protocol_type if described else listed.protocol_type
-        state = (described.state if described else None) or listed.state or "Unknown"
-        kind = classify(protocol_type, listed.group_type)
-        if listed.group_type is None and described is None:
-            kind = GroupKind.UNKNOWN if error else kind
-        committed: dict[TopicPartition, CommittedOffset] = answers.committed.get(listed.group_id, {})
-        return GroupSnapshot(
-            group_id=listed.group_id,
-            state=state,
-            protocol_type=protocol_type,
-            kind=kind,
-            coordinator_id=self._coordinators.get(listed.group_id),
-            members=described.members if described else (),
-            committed=committed,
-            error=error_text(error) if error is not None else None,
-            share_offsets=answers.share_offsets.get(listed.group_id, {}),
-        )
+    def _group_snapshots(self, listed: list[ListedGroup], answers: GroupAnswers) -> tuple[GroupSnapshot, ...]:
+        return group_snapshots(listed, answers, self._coordinators)
 
     def _log_offsets(
         self, wire: Wire, needed: list[TopicPartition]
