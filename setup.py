@@ -42,6 +42,7 @@ COMPILED = [
     "lagwatch/offsets_topic/decode.py",
     "lagwatch/serve/metrics.py",
     "lagwatch/collect/assemble.py",
+    "lagwatch/collect/list_groups_answer.py",
 ]
 MANIFEST = "lagwatch/_native_build.json"  # which modules were compiled, from which source (lagwatch.native)
 

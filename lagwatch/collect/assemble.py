@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from lagwatch.collect.group_describes import DescribedGroup
-from lagwatch.collect.wire import GroupAnswers, ListedGroup, error_text
+from lagwatch.collect.list_groups_answer import ListedGroup
+from lagwatch.collect.wire import GroupAnswers, error_text
 from lagwatch.model import CommittedOffset, GroupKind, GroupSnapshot, TopicPartition
 
 

@@ -29,12 +29,12 @@ from lagwatch.collect.kip848 import (
     ShareGroupDescribeRequest,
     StreamsGroupDescribeRequest,
 )
+from lagwatch.collect.list_groups_answer import ListedGroup
 from lagwatch.collect.wire import (
     COORDINATOR_ERRORS,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     GroupAnswers,
-    ListedGroup,
     Wire,
 )
 from lagwatch.config import ClusterConfig

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetchRequest, OffsetSpec
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
@@ -34,6 +34,8 @@ from lagwatch.collect.group_describes import (
     ShareOffsetsAnswer,
     capitalised,
 )
+from lagwatch.collect.list_groups import OwnListGroupsRequest
+from lagwatch.collect.list_groups_answer import ListedGroup, ListGroupsAnswer
 from lagwatch.collect.offset_fetch import OffsetFetchV8Request
 from lagwatch.collect.offset_fetch_answer import OffsetFetchAnswer
 from lagwatch.model import CommittedOffset, Member, ShareOffset, TopicPartition
@@ -65,14 +67,6 @@ SHARE_OFFSETS_PART_MIN = 100
 # the broker's time).
 OFFSET_FETCH_PARTS = 4
 OFFSET_FETCH_PART_MIN = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ListedGroup:
-    group_id: str
-    protocol_type: str
-    state: str | None  # ListGroups v4+
-    group_type: str | None  # ListGroups v5+: classic, consumer, share, streams
 
 
 @dataclass
@@ -173,7 +167,7 @@ class Wire:
     # -- groups -------------------------------------------------------------------------------------------
 
     async def list_groups(self, broker_ids: list[int]) -> tuple[list[ListedGroup], dict[int, BaseException]]:
-        request = ListGroupsRequest(min_version=0)
+        request = OwnListGroupsRequest()
         responses = await self._send_all((b, request) for b in broker_ids)
         groups: list[ListedGroup] = []
         failed: dict[int, BaseException] = {}
@@ -184,6 +178,9 @@ class Wire:
             error = Errors.for_code(response.error_code)
             if error is not Errors.NoError:
                 failed[broker_id] = error()
+                continue
+            if isinstance(response, ListGroupsAnswer):  # v3-5, decoded by lagwatch straight into its records
+                groups += response.groups
                 continue
             for g in response.groups:
                 groups.append(
