@@ -1,11 +1,11 @@
 """CORE: the alert side (no I/O, no clock reads), at Alertmanager's seams:
 records (typed contracts) -> lifecycle (pending, firing, resolved) -> muting (silences, inhibition) ->
-nflog (what each receiver was told; when it is owed more) and storms -> book (the whole, and `due`).
+groups and nflog (what each receiver was told; when it is owed more) and storms -> book (the whole, and `due`).
 transitions (firing and resolved, for the lake and the backtest) and restart (what a start restores)."""
 
 from lagwatch.alerts.book import AlertBook
+from lagwatch.alerts.groups import AlertGroup
 from lagwatch.alerts.muting import Silence
-from lagwatch.alerts.nflog import AlertGroup
 from lagwatch.alerts.records import (
     Alert,
     AlertRecord,

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagwatch.alerts import lifecycle, muting, nflog
+from lagwatch.alerts.groups import AlertGroup, group_key, load_group
 from lagwatch.alerts.muting import Inhibitor, Silence
-from lagwatch.alerts.nflog import AlertGroup, NotificationLog
+from lagwatch.alerts.nflog import NotificationLog
 from lagwatch.alerts.records import EVERYONE, Alert, AlertState, Notification, NotificationKind, Receiver
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.alerts.storms import Storm, StormDesk, storm_key
@@ -72,7 +73,7 @@ class AlertBook:
         return self.log.told_anyone(self.groups.get(gkey), alert.key)
 
     def group_key(self, alert: Alert) -> tuple[str, dict[str, str]]:
-        return nflog.group_key(self.config.group_by, alert)
+        return group_key(self.config.group_by, alert)
 
     # -- muting (lagwatch.alerts.muting) -----------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class AlertBook:
                     moved
                 ):  # ended here, going on in another group: told so, not dropped quietly (its message stayed red)
                     left += moved
-                kind = nflog.kind_due(self.config, told, group.last_notified_at.get(r), firing, current, left, now)
+                kind = nflog.kind_due(self.config, told, group.last_notified(r), firing, current, left, now)
                 if kind is None:
                     # What else the receiver was told of is gone from the book: it leaves quietly.
                     gone = {a.key for a in left}
@@ -155,7 +156,9 @@ class AlertBook:
                     cluster = next((a.cluster for a in firing), group.labels.get("cluster", ""))
                     starting.setdefault((r, cluster), []).append((group, firing))
                     continue
-                if r in group.storm:  # announced in a storm summary: followed quietly, the storm says the rest
+                if (
+                    group.storm_of(r) is not None
+                ):  # announced in a storm summary: followed quietly, the storm says the rest
                     self.log.quietly(group, r, current, now)
                     continue
                 # A notification shows what is live: muted alerts leave the receiver's view with it, told as ended
@@ -265,7 +268,7 @@ class AlertBook:
         last = dropped[-1]
         group = self.groups.get(last.group_key)
         if group is not None:  # group_interval counts from the last decision, as if it had been sent
-            group.last_notified_at[last.receiver] = last.created_at
+            group.set_last_notified(last.receiver, last.created_at)
 
     def undelivered_raw(self, receiver: str, group_key: str, alerts: Iterable[Any]) -> None:
         """A queued notification whose row could not be read at a start (what can be read of its alerts): it is in
@@ -302,7 +305,7 @@ class AlertBook:
             if alert is not None:
                 book.alerts[alert.key] = alert
         for row in raw.get("groups", []):
-            group = load("alert_groups", row, lambda g: nflog.load_group(g, receivers))
+            group = load("alert_groups", row, lambda g: load_group(g, receivers))
             if group is not None:
                 book.groups[group.key] = group
         names = {r.name for r in receivers}

@@ -4,7 +4,7 @@ It decides what a receiver is owed now: its first notification after `group_wait
 `group_interval`, an unchanged firing group again after `repeat_interval`, and a last one when all ended. Each
 receiver remembers on its own, so none gets a "resolved" for an alert it never saw.
 
-What a receiver *has* (`AlertGroup.notified`) is written when a delivery succeeds, as Alertmanager's nflog is. What
+What a receiver *has* (`AlertGroup.told`) is written when a delivery succeeds, as Alertmanager's nflog is. What
 it *will have* once its queued notifications arrive is what the last of them tells (`NotificationLog.in_flight`):
 decisions are made on that, so nothing is announced twice while a notification waits for Slack. A notification
 that is never delivered (refused for good, or too old) leaves the queue, and the receiver's view falls back to what
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
+from lagwatch.alerts.groups import AlertGroup
 from lagwatch.alerts.records import (
     ALERT_FIELDS,
     Alert,
@@ -26,41 +27,9 @@ from lagwatch.alerts.records import (
     AlertState,
     Notification,
     NotificationKind,
-    Receiver,
 )
 from lagwatch.alerts.settings import AlertsConfig
-from lagwatch.model import SEVERITY_OF, Severity, from_row, key_part, worst
-
-
-@dataclass(slots=True)
-class _AlertGroupFields:
-    key: str
-    labels: dict[str, str]
-    # Per receiver: alert key -> severity, as last announced to it, and when.
-    notified: dict[str, dict[str, Severity]] = field(default_factory=dict)
-    last_notified_at: dict[str, float] = field(default_factory=dict)
-    storm: dict[str, str] = field(default_factory=dict)  # receiver -> storm key: announced in a storm summary
-
-
-class AlertGroup(_AlertGroupFields):
-    """An alert group's notification log. Slotted (an instance dict was 112 of its 168 bytes; one per group in a
-    storm, 100,000 at 1M group-partitions); `vars(group)` still gives its fields, as the state database saves them."""
-
-    __slots__ = ()
-
-    @property
-    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
-        return {name: getattr(self, name) for name in _GROUP_FIELDS}
-
-
-_GROUP_FIELDS = tuple(f.name for f in fields(_AlertGroupFields))
-
-
-def group_key(group_by: Sequence[str], alert: Alert) -> tuple[str, dict[str, str]]:
-    """The alert group an alert belongs to, by the `group_by` labels, as (key, labels)."""
-    # `rule` as routes and silences take it (Alertmanager's alertname): not a label, it grouped nothing.
-    labels = {name: alert.rule if name == "rule" else alert.labels.get(name, "") for name in group_by}
-    return "|".join(f"{key_part(k)}={key_part(v)}" for k, v in labels.items()), labels
+from lagwatch.model import Severity, worst
 
 
 @dataclass
@@ -84,10 +53,11 @@ class NotificationLog:
         queued = self.in_flight.get(group.key, {}).get(receiver)
         if queued:
             return queued[-1].told_after
-        return group.notified.get(receiver, {})
+        told = group.told(receiver)
+        return {} if told is None else told
 
     def views(self, group: AlertGroup) -> list[dict[str, Severity]]:
-        receivers = set(group.notified) | set(self.in_flight.get(group.key, ()))
+        receivers = set(group.told_receivers()) | set(self.in_flight.get(group.key, ()))
         return [self.told(group, r) for r in receivers]
 
     def told_anyone(self, group: AlertGroup | None, alert_key: str) -> bool:
@@ -101,7 +71,7 @@ class NotificationLog:
     def busy(self, group: AlertGroup) -> bool:
         """Whether the group must be kept though nothing is owed: a receiver has some of it, or will (a queued
         notification that is given up leaves the receiver with what it has, whose end is then owed)."""
-        return any(group.notified.values()) or bool(self.in_flight.get(group.key))
+        return group.anything_told() or bool(self.in_flight.get(group.key))
 
     def decided(
         self, group: AlertGroup, receiver: str, notification_id: str, current: dict[str, Severity], now: float
@@ -114,10 +84,7 @@ class NotificationLog:
         """The receiver knows `current` without a notification of this group (a storm's summary tells it): what it
         has, at once; notifications of the group still queued no longer say what it will have."""
         self._forget_queue(group.key, receiver)
-        if current:
-            group.notified[receiver] = current
-        else:
-            group.notified.pop(receiver, None)
+        group.set_told(receiver, current or None)
         _timers(group, receiver, bool(current), now)
 
     def delivered(self, n: Notification) -> AlertGroup | None:
@@ -135,10 +102,7 @@ class NotificationLog:
         group = self.groups.get(n.group_key)
         if group is None:  # let go since (its last notification decided): back, with what the receiver has
             group = self.groups[n.group_key] = AlertGroup(n.group_key, dict(n.group_labels))
-        if told:
-            group.notified[n.receiver] = dict(told)
-        else:
-            group.notified.pop(n.receiver, None)
+        group.set_told(n.receiver, dict(told) if told else None)
         return group
 
     def undelivered(self, dropped: Sequence[Notification], alerts: dict[str, Alert]) -> None:
@@ -179,10 +143,9 @@ class NotificationLog:
 
 def _timers(group: AlertGroup, receiver: str, firing: bool, now: float) -> None:
     if firing:
-        group.last_notified_at[receiver] = now
+        group.set_last_notified(receiver, now)
     else:  # the story ended for this receiver: a new one starts after group_wait
-        group.last_notified_at.pop(receiver, None)
-        group.storm.pop(receiver, None)
+        group.story_ended(receiver)
 
 
 def restore_resolved(alerts: dict[str, Alert], told: Mapping[str, Severity], records: Iterable[AlertRecord]) -> None:
@@ -290,28 +253,3 @@ def records_of_row(raw: Iterable[Any]) -> list[AlertRecord]:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
             out.append(AlertRecord.from_json(a))
     return out
-
-
-def load_group(raw: dict[str, Any], receivers: tuple[Receiver, ...]) -> AlertGroup:
-    """A saved alert group, with what receivers no longer configured were told let go."""
-    g = dict(raw)
-    g.pop("refs", None)
-    notified = g.get("notified") or {}
-    if notified and isinstance(next(iter(notified.values())), str):
-        # Written before receivers had their own memory: every receiver was told the same.
-        g["notified"] = {r.name: dict(notified) for r in receivers}
-        g["last_notified_at"] = {r.name: g.get("last_notified_at") or 0.0 for r in receivers}
-    elif not isinstance(g.get("last_notified_at", {}), dict):
-        g["last_notified_at"] = {}
-    # What receivers no longer configured (removed, or disabled) were told is let go: it would keep every alert
-    # they saw, resolved or not, in the book for ever, and send them stale resolves were they enabled again.
-    names = {r.name for r in receivers}
-    for memory in ("notified", "last_notified_at", "storm"):
-        if isinstance(g.get(memory), dict):
-            g[memory] = {r: v for r, v in g[memory].items() if r in names}
-    if isinstance(g.get("notified"), dict):  # severities as their enum (any other text: the row is set aside)
-        g["notified"] = {
-            r: {k: SEVERITY_OF.get(v, v) for k, v in told.items()} if isinstance(told, dict) else told
-            for r, told in g["notified"].items()
-        }
-    return from_row(AlertGroup, g)

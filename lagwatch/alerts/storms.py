@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lagwatch.alerts.nflog import AlertGroup, NotificationLog
+from lagwatch.alerts.groups import AlertGroup
+from lagwatch.alerts.nflog import NotificationLog
 from lagwatch.alerts.records import Alert, AlertRecord, Notification, NotificationKind, StormSummary
 from lagwatch.alerts.settings import AlertsConfig
 from lagwatch.model import SEVERITY_OF, Severity, worst
@@ -59,7 +60,7 @@ class StormDesk:
             storm = self.storms[key] = Storm(key, receiver, cluster)
         for group, firing in firsts:
             storm.members[group.key] = worst(a.severity for a in firing) or Severity.INFO
-            group.storm[receiver] = key
+            group.set_storm(receiver, key)
             self.log.quietly(group, receiver, {a.key: a.severity for a in firing}, now)
         if kind == NotificationKind.UPDATE and now - storm.last_notified_at < self.config.group_interval_s:
             return []  # joined quietly: the summary after group_interval counts them (due)
@@ -75,7 +76,7 @@ class StormDesk:
             still = {}
             for g in storm.members:
                 group = self.groups.get(g)
-                if group is None or group.storm.get(storm.receiver) != key:
+                if group is None or group.storm_of(storm.receiver) != key:
                     continue
                 told = self.log.told(group, storm.receiver)
                 still[g] = max(told.values(), key=_rank, default=storm.members[g])

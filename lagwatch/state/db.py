@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lagwatch.alerts import AlertBook
+from lagwatch.alerts.groups import AlertGroup
 from lagwatch.errors import LagwatchError
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,22 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 # What identifies an alert row's content: it is rewritten only when one of these changes (not its figures).
 _ALERT_FINGERPRINT = ("state", "severity", "started_at", "fired_at", "resolved_at", "for_s")
 _alert_fingerprint = operator.attrgetter(*_ALERT_FINGERPRINT)  # of an Alert; load_alerts reads the same from rows
+
+
+def _group_row_fingerprint(row: dict[str, Any]) -> int | None:
+    """The fingerprint of a group row as loaded, as the group made from it gives it (None: not of the current
+    shape, so it is written again)."""
+    try:
+        group = AlertGroup(row["key"], row["labels"], row["notified"], row["last_notified_at"], row["storm"])
+        return group.fingerprint()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _flat_fingerprint(fields: Mapping[str, Any]) -> int:
+    """Of a row whose fields are plain values and flat dicts (a storm's: its 100,000 members at 1M group-partitions
+    were encoded after each poll to see whether it changed), by field name: a row as loaded gives the same."""
+    return hash(tuple(sorted((k, tuple(v.items()) if isinstance(v, dict) else v) for k, v in fields.items())))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -146,9 +163,12 @@ class StateDatabase:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self.read_only = False  # opened without writing (the disk refused): the next write opens it again
-        # What is known to be on disk, per table and key: the body written. Saves write only the difference.
-        # Per table: key -> what identifies the row's content as written (a string, or for alerts a tuple).
-        self._written: dict[str, dict[str, Hashable]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
+        # What is known to be on disk, per table and key: the hash of what identifies the row's content as written
+        # (its body, or a fingerprint of its fields: alerts, alert groups). Saves write only the difference. A hash,
+        # not the body: the bodies of 100,000 alert groups with a receiver were 38 MB kept for the comparison. A
+        # changed row whose hash is the same (about 2**-64: strings hash with a per-process random key; a tuple
+        # with one field changed never does) would be left as it was on disk until its next change.
+        self._written: dict[str, dict[str, int]] = {t: {} for t in (*_ROW_TABLES, "outbox")}
         self.writes = 0  # rows written or deleted, for the benchmark and the tests
         # The file the connection writes (device, inode): a state.db deleted or replaced while lagwatch runs is
         # noticed at the next save, and everything is written again to a new one (_heal_if_replaced).
@@ -428,15 +448,22 @@ class StateDatabase:
         with self._lock:
             rows = {t: self._rows(t) for t in _ROW_TABLES}
             self._written["alerts"] = {
-                k: tuple(a.get(field) for field in _ALERT_FINGERPRINT) for k, a in rows["alerts"].items()
+                k: hash(tuple(a.get(field) for field in _ALERT_FINGERPRINT)) for k, a in rows["alerts"].items()
             }
+            for k, g in rows["alert_groups"].items():
+                fingerprint = _group_row_fingerprint(g)
+                if fingerprint is not None:  # else the hash of its body: written again (or deleted) at the next save
+                    self._written["alert_groups"][k] = hash(fingerprint)  # as saves keep it (hash of an int)
+            for k, st in rows["storms"].items():
+                with contextlib.suppress(TypeError):  # a list in it (another shape): written again
+                    self._written["storms"][k] = hash(_flat_fingerprint(st))
             sequence = self.db.execute("SELECT value FROM meta WHERE name='sequence'").fetchone()
             issued = _number(sequence[0]) if sequence else 0
             if issued is None:  # notification ids issued again from 1 would be taken for old ones by receivers
                 self._set_aside_row("meta", "sequence", sequence[0], "the notification sequence is not a number")
                 self._damaged(f"notification sequence unreadable ({str(sequence[0])[:40]!r})")
             elif sequence:
-                self._written["meta"] = {"sequence": sequence[0]}
+                self._written["meta"] = {"sequence": hash(sequence[0])}
             deliveries = []
             for key, _seq, notifier, body, attempts, next_at, error, in_flight in self.db.execute(
                 "SELECT id, seq, notifier, body, attempts, next_attempt_at, last_error, in_flight FROM outbox "
@@ -444,7 +471,7 @@ class StateDatabase:
             ):
                 notification = self._parse("outbox", key, body)
                 if notification is not None:
-                    self._written["outbox"][key] = f"{attempts}|{next_at}|{error}|{bool(in_flight)}"
+                    self._written["outbox"][key] = hash(f"{attempts}|{next_at}|{error}|{bool(in_flight)}")
                     deliveries.append(
                         {
                             "notification": notification,
@@ -473,7 +500,7 @@ class StateDatabase:
             value = self._parse(table, key, body)
             if value is not None:
                 out[key] = value
-                self._written[table][key] = body
+                self._written[table][key] = hash(body)
         return out
 
     def _parse(self, table: str, key: str, body: str) -> Any:
@@ -506,7 +533,7 @@ class StateDatabase:
         start with nothing else to save writes nothing (on a full disk every start was unready for it alone), and a
         crash before the next save loses nothing, as the next start moves it past the clock again."""
         with self._lock:
-            self._written.setdefault("meta", {})["sequence"] = str(sequence)
+            self._written.setdefault("meta", {})["sequence"] = hash(str(sequence))
 
     def save(
         self, book: AlertBook | None, outbox: Any, figures: bool = False, groups: Mapping[str, Any] | None = None
@@ -575,23 +602,24 @@ class StateDatabase:
 
     def _save(self, book: AlertBook | None, outbox: Any, figures: bool, groups: Mapping[str, Any]) -> int:
         wanted: dict[str, dict[str, Hashable]] = {}
-        alert_bodies: dict[str, Any] = {}
+        objects: dict[str, dict[str, Any]] = {}  # per table, for rows given by a fingerprint: what the body is of
         if book is None and self.full_save_owed:  # a new file: the whole outbox now, the book at its next save
             wanted["refs"] = {k: _dumps(v) for k, v in outbox.refs.items()}
             deliveries = {f"{d.notifier}|{d.notification.id}": d for d in outbox.deliveries}
             wanted["outbox"] = {key: _fingerprint(d) for key, d in deliveries.items()}
-            changed: dict[str, dict[str, str | None]] = {}
+            changed: dict[str, dict[str, Hashable | None]] = {}
         elif book is not None:
             # An alert's figures (summary, lag) change every poll and come back with the next one: its row is
             # rewritten only when its state does.
-            alert_bodies = {a.key: a for a in book.alerts.values()}
+            objects["alerts"] = book.alerts
             # A tuple, not a string: no float formatted (20,000 alerts at every poll at 10,000 lagging groups).
             wanted["alerts"] = {a.key: _alert_fingerprint(a) for a in book.alerts.values()}
             if figures:  # every row written again, figures included (once, at a clean stop: 20,000 rows, ~0.3 s)
                 wanted["alerts"] = {a.key: (*_alert_fingerprint(a), _dumps(vars(a))) for a in book.alerts.values()}
-            # Shallow: their fields are plain values, dicts and lists (dataclasses.asdict copies deeply, 10x slower).
-            wanted["alert_groups"] = {g.key: _dumps(vars(g)) for g in book.groups.values()}
-            wanted["storms"] = {s.key: _dumps(vars(s)) for s in book.storms.values()}
+            objects["alert_groups"] = book.groups
+            wanted["alert_groups"] = {g.key: g.fingerprint() for g in book.groups.values()}
+            objects["storms"] = book.storms
+            wanted["storms"] = {s.key: _flat_fingerprint(vars(s)) for s in book.storms.values()}
             wanted["silences"] = {s.id: _dumps(vars(s)) for s in book.silences if s.created_by != "config"}
             wanted["meta"] = {"sequence": str(book.sequence)}
             # With the book (after a poll): the whole outbox is compared with what was written, as a check.
@@ -606,52 +634,57 @@ class StateDatabase:
                 "refs": {k: _dumps(outbox.refs[k]) if k in outbox.refs else None for k in outbox.unsaved_refs},
             }
         if book is None and groups:
-            changed["alert_groups"] = {key: None if g is None else _dumps(vars(g)) for key, g in groups.items()}
+            objects["alert_groups"] = {key: g for key, g in groups.items() if g is not None}
+            changed["alert_groups"] = {key: None if g is None else g.fingerprint() for key, g in groups.items()}
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for table, rows in wanted.items():
-            statements += self._row_changes(table, rows, alert_bodies, deliveries)
+            statements += self._row_changes(table, rows, objects.get(table), deliveries)
         for table, some in changed.items():
-            statements += self._some_row_changes(table, some, deliveries)
+            statements += self._some_row_changes(table, some, objects.get(table), deliveries)
         if statements:  # no transaction (and no fsync) for a save that changes nothing, as after most polls
             with self._transaction() as db:
                 for sql, params in statements:
                     db.execute(sql, params)
         # Only now is it on disk: from here on, saves need not write it again.
         for table, rows in wanted.items():
-            self._written[table] = dict(rows)
+            self._written[table] = {key: hash(content) for key, content in rows.items()}
         for table, some in changed.items():
             written = self._written.setdefault(table, {})
-            for key, content in some.items():
-                if content is None:
+            for key, change in some.items():
+                if change is None:
                     written.pop(key, None)
                 else:
-                    written[key] = content
+                    written[key] = hash(change)
         outbox.unsaved_deliveries.clear()
         outbox.unsaved_refs.clear()
         self.writes += len(statements)
         return len(statements)
 
     def _some_row_changes(
-        self, table: str, some: dict[str, str | None], deliveries: dict[str, Any]
+        self,
+        table: str,
+        some: Mapping[str, Hashable | None],
+        objects: Mapping[str, Any] | None,
+        deliveries: dict[str, Any],
     ) -> list[tuple[str, tuple[Any, ...]]]:
         """The statements for some rows of `table` (None: the row goes), the rest as it was written."""
         written = self._written.setdefault(table, {})
         rows = {k: v for k, v in some.items() if v is not None}
         gone = [(f"DELETE FROM {table} WHERE {_KEY_COLUMN.get(table, 'key')} = ?", (k,)) for k, v in some.items()
                 if v is None and k in written]  # fmt: skip
-        return gone + self._row_changes(table, rows, {}, deliveries, only_these=True)
+        return gone + self._row_changes(table, rows, objects, deliveries, only_these=True)
 
     def _row_changes(
         self,
         table: str,
         rows: Mapping[str, Hashable],
-        alert_bodies: dict[str, Any],
+        objects: Mapping[str, Any] | None,
         deliveries: dict[str, Any],
         only_these: bool = False,
     ) -> list[tuple[str, tuple[Any, ...]]]:
         """The statements that bring `table` from what was written to `rows` (key -> what identifies the row's
-        content: the body itself, or for alerts and the outbox a fingerprint of their state). `only_these`: rows
-        not named are left as they are (not deleted)."""
+        content: the body itself, or a fingerprint of the object in `objects` whose fields are the body, or for the
+        outbox a fingerprint of the delivery's state). `only_these`: rows not named are left as they are."""
         written = self._written.setdefault(table, {})
         column = _KEY_COLUMN.get(table, "key")
         out: list[tuple[str, tuple[Any, ...]]] = (
@@ -660,7 +693,7 @@ class StateDatabase:
             else [(f"DELETE FROM {table} WHERE {column} = ?", (key,)) for key in written if key not in rows]
         )
         for key, content in rows.items():
-            if written.get(key) == content:
+            if written.get(key) == hash(content):
                 continue
             if table == "outbox":
                 d = deliveries[key]
@@ -676,7 +709,8 @@ class StateDatabase:
                 )
                 out.append(("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values))
             else:
-                body = _dumps(vars(alert_bodies[key])) if table == "alerts" else content
+                # Shallow: the fields are plain values, dicts and lists (dataclasses.asdict copies deeply, 10x slower).
+                body = _dumps(vars(objects[key])) if objects is not None else content
                 out.append((f"INSERT OR REPLACE INTO {table} VALUES (?, ?)", (key, body)))
         return out
 
