@@ -191,6 +191,69 @@ def test_inhibition_matches_on_equal_labels_and_costs_one_lookup_per_alert() -> 
     assert elapsed < 2.0, f"due() took {elapsed:.1f} s for 3,004 firing alerts"
 
 
+MATCHERS = st.dictionaries(
+    st.sampled_from(["rule", "severity", "group"]),
+    st.sampled_from(["stopped|stalled", "lag", "warning", "a", ".*"]),
+    min_size=1,
+    max_size=2,
+)
+
+
+@given(
+    alerts=st.lists(
+        st.tuples(
+            st.sampled_from(["stopped", "stalled", "lag"]),
+            st.sampled_from(["warning", "critical"]),
+            st.sampled_from(["a", "b"]),
+        ),
+        max_size=12,
+    ),
+    rules=st.lists(st.tuples(MATCHERS, MATCHERS, st.sampled_from([[], ["group"]])), min_size=1, max_size=3),
+)
+def test_inhibition_by_rule_and_severity_answers_as_matching_each_alert(
+    alerts: list[tuple[str, str, str]], rules: list[tuple[dict[str, str], dict[str, str], list[str]]]
+) -> None:
+    """Rules whose matchers read only `rule` and `severity` are matched once per kind of firing alert: the same
+    answers as matching every alert against every rule, whatever the rules read."""
+    from lagwatch.alerts import Alert, AlertState
+    from lagwatch.alerts.muting import inhibited, inhibitors
+    from lagwatch.alerts.settings import InhibitRule
+    from lagwatch.model import SEVERITY_OF
+
+    firing = [
+        Alert(
+            key=f"{rule}|{group}|{i}",
+            rule=rule,
+            severity=SEVERITY_OF[severity],
+            cluster="c",
+            group=group,
+            labels={"cluster": "c", "group": group},
+            summary="",
+            details={},
+            runbook_url=None,
+            for_s=0.0,
+            state=AlertState.FIRING,
+            started_at=0.0,
+            updated_at=0.0,
+        )
+        for i, (rule, severity, group) in enumerate(alerts)
+    ]
+    inhibit = [InhibitRule(source=source, target=target, equal=equal) for source, target, equal in rules]
+    index = inhibitors(inhibit, firing)
+
+    def by_hand(a: Alert) -> bool:
+        return any(
+            a.matches(r.target.items())
+            and any(
+                s is not a and s.matches(r.source.items()) and all(s.labels.get(n) == a.labels.get(n) for n in r.equal)
+                for s in firing
+            )
+            for r in inhibit
+        )
+
+    assert [inhibited(a, index) for a in firing] == [by_hand(a) for a in firing]
+
+
 LABEL_NAMES = ["cluster", "group", "topic", "rule", "severity", "team"]
 VALUES = ["", "a", "b", "lag", "stopped", "warning", "critical"]
 PATTERNS = ["", "a", "a|b", ".*", "lag|stalled", "warn.*", "[a-c]", "critical"]

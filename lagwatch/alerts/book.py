@@ -108,6 +108,7 @@ class AlertBook:
         out: list[Notification] = []
         starting: dict[tuple[str, str], list[tuple[AlertGroup, list[Alert]]]] = {}  # (receiver, cluster) -> firsts
         silences = self.silences
+        repeat_interval_s = self.config.repeat_interval_s
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
             live = [
@@ -132,6 +133,11 @@ class AlertBook:
                 told = self.log.told(group, r)
                 firing = [a for a in live if receiver.accepts(a)]
                 current = {a.key: a.severity for a in firing}
+                if told == current and (not current or now - (group.last_notified(r) or 0.0) < repeat_interval_s):
+                    # The steady state: the receiver has, or will have, what fires for it now, and no repeat is
+                    # due. What follows decides nothing then (nothing ended, nothing new), and took a third of
+                    # `due` at 100,000 alerting groups with a receiver.
+                    continue
                 # Announced, and now resolved, or still firing but below this receiver's route, or resolved and
                 # then pending again (its condition back, its `for` not yet over): all of them ended for the
                 # receiver, which is owed a "resolved" (a pending alert is not firing, as in Alertmanager).
@@ -214,8 +220,11 @@ class AlertBook:
         """Resolved alerts are done once their end was decided for every receiver that saw them, or if none ever
         did; a group goes once nothing is left to tell anyone and nothing of it is still to be delivered."""
         log = self.log
+        resolved = AlertState.RESOLVED
         for gkey, group in list(self.groups.items()):
             alerts = by_group.get(gkey, [])
+            if alerts and not any(a.state == resolved for a in alerts):
+                continue  # none resolved: none to let go, and the group keeps its alerts (most groups, most polls)
             needed = log.needed(group)
             for a in alerts:
                 if a.state == AlertState.RESOLVED and a.key not in needed:

@@ -11,7 +11,7 @@ from lagwatch.alerts.groups import AlertGroup
 from lagwatch.alerts.nflog import NotificationLog
 from lagwatch.alerts.records import Alert, AlertRecord, Notification, NotificationKind, StormSummary
 from lagwatch.alerts.settings import AlertsConfig
-from lagwatch.model import SEVERITY_OF, Severity, worst
+from lagwatch.model import SEVERITY_OF, Severity, severity_rank, worst
 
 
 @dataclass
@@ -32,10 +32,6 @@ class Storm:
 
 def storm_key(receiver: str, cluster: str) -> str:
     return f"storm|{receiver}|{cluster}"
-
-
-def _rank(severity: str) -> int:
-    return SEVERITY_OF[severity].rank
 
 
 @dataclass
@@ -79,7 +75,7 @@ class StormDesk:
                 if group is None or group.storm_of(storm.receiver) != key:
                     continue
                 told = self.log.told(group, storm.receiver)
-                still[g] = max(told.values(), key=_rank, default=storm.members[g])
+                still[g] = max(told.values(), key=severity_rank, default=storm.members[g])
             storm.members = still
             if not still:
                 del self.storms[key]
@@ -89,7 +85,7 @@ class StormDesk:
             since_last = now - storm.last_notified_at
             announced = storm.announced
             news = any(
-                g not in announced or _rank(s) > _rank(announced[g]) for g, s in still.items()
+                g not in announced or severity_rank(s) > severity_rank(announced[g]) for g, s in still.items()
             )  # a group joined or got worse (groups that resolve leave quietly: the storm's end says it)
             if news and since_last >= cfg.group_interval_s:
                 out.append(self._summary(storm, NotificationKind.UPDATE, now))
@@ -106,7 +102,7 @@ class StormDesk:
         for a in alerts:
             by_rule[a.rule] = by_rule.get(a.rule, 0) + 1
         worst_alerts = sorted(alerts, key=lambda a: (-a.severity.rank, -a.lag, a.key))[:10]
-        severity = max((SEVERITY_OF[s] for s in storm.members.values()), key=_rank, default=None)
+        severity = max((SEVERITY_OF[s] for s in storm.members.values()), key=severity_rank, default=None)
         return Notification(
             id=notification_id,
             group_key=storm.key,

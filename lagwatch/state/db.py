@@ -448,7 +448,7 @@ class StateDatabase:
         with self._lock:
             rows = {t: self._rows(t) for t in _ROW_TABLES}
             self._written["alerts"] = {
-                k: hash(tuple(a.get(field) for field in _ALERT_FINGERPRINT)) for k, a in rows["alerts"].items()
+                k: hash(hash(tuple(a.get(field) for field in _ALERT_FINGERPRINT))) for k, a in rows["alerts"].items()
             }
             for k, g in rows["alert_groups"].items():
                 fingerprint = _group_row_fingerprint(g)
@@ -612,8 +612,9 @@ class StateDatabase:
             # An alert's figures (summary, lag) change every poll and come back with the next one: its row is
             # rewritten only when its state does.
             objects["alerts"] = book.alerts
-            # A tuple, not a string: no float formatted (20,000 alerts at every poll at 10,000 lagging groups).
-            wanted["alerts"] = {a.key: _alert_fingerprint(a) for a in book.alerts.values()}
+            # A tuple's hash, not a string: no float formatted (20,000 alerts at every poll at 10,000 lagging
+            # groups), and hashed once (an int hashes for nothing where it is compared and kept).
+            wanted["alerts"] = {a.key: hash(_alert_fingerprint(a)) for a in book.alerts.values()}
             if figures:  # every row written again, figures included (once, at a clean stop: 20,000 rows, ~0.3 s)
                 wanted["alerts"] = {a.key: (*_alert_fingerprint(a), _dumps(vars(a))) for a in book.alerts.values()}
             objects["alert_groups"] = book.groups
