@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition, errors
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.structs import OffsetAndMetadata
 
@@ -59,7 +59,16 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
 
 
 def commit(consumer: KafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
-    consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+    """Commits `offsets`; a subscribed consumer caught in a rebalance (under load, a metadata refresh can start
+    one right after the join) polls to finish it and commits again."""
+    for attempt in range(20):
+        try:
+            consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+            return
+        except (errors.RebalanceInProgressError, errors.CommitFailedError):
+            if attempt == 19:
+                raise
+            consumer.poll(500, max_records=1)
 
 
 def subscribed_consumer(bootstrap: str, group: str, topics: list[str]) -> KafkaConsumer:
