@@ -3,7 +3,6 @@ assignments) and errors for any answer kafka-python can encode; malformed answer
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 
 from lagwatch.collect.describe_groups import DECODERS, DescribeGroupsAnswer, OwnDescribeGroupsRequest, decode
 from lagwatch.collect.wire import GroupAnswers, _classic_group, _describe_handler
+from tests.decode_checks import refuses_damage, sends_kafkas_bytes
 
 Group = DescribeGroupsResponse.DescribedGroup
 Member = Group.DescribedGroupMember
@@ -146,12 +146,7 @@ def test_memberless_groups_of_one_state_share_one_record() -> None:
 @pytest.mark.parametrize("cut", [1, 5, 9, 20])
 def test_a_truncated_answer_is_a_value_error(version: int, cut: int) -> None:
     data = _encode([_memberless("group")], version)
-    decoder = DECODERS[version]
-    with pytest.raises(ValueError, match=f"DescribeGroups v{version}"):
-        decoder.decode(io.BytesIO(data[: len(data) - cut]))
-    with pytest.raises(ValueError):
-        decoder.decode(io.BytesIO(data + b"\x00"))  # bytes left over
-    assert isinstance(decoder.decode(io.BytesIO(data)), DescribeGroupsAnswer)
+    refuses_damage(DECODERS[version], data, cut, f"DescribeGroups v{version}", DescribeGroupsAnswer)
 
 
 @pytest.mark.parametrize("version", [5, 6])
@@ -159,12 +154,7 @@ def test_the_request_is_kafka_pythons_and_its_answer_comes_here(version: int) ->
     """The request's bytes are kafka-python's own; only the answer's decoder differs, for versions 5 and 6."""
     ours = OwnDescribeGroupsRequest(["a", "b"])
     theirs = DescribeGroupsRequest(groups=["a", "b"], include_authorized_operations=False)
-    for request in (ours, theirs):
-        request.API_VERSION = version  # as kafka-python's version negotiation sets it
-        request.with_header(correlation_id=7, client_id="lagwatch")
-    assert bytes(ours.encode(header=True, framed=True)) == bytes(theirs.encode(header=True, framed=True))
-    assert ours._header.get_response_class() is DECODERS[version]
-    assert theirs._header.get_response_class() is not DECODERS[version]
+    sends_kafkas_bytes(ours, theirs, version, DECODERS[version])
     assert repr(ours) == "OwnDescribeGroupsRequest(groups=2)"
 
 

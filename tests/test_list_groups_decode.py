@@ -4,7 +4,6 @@ ValueError."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from kafka.protocol.admin import ListGroupsRequest, ListGroupsResponse
 
 from lagwatch.collect.list_groups import DECODERS, OwnListGroupsRequest
 from lagwatch.collect.list_groups_answer import ListedGroup, ListGroupsAnswer, decode
+from tests.decode_checks import refuses_damage, sends_kafkas_bytes
 
 Listed = ListGroupsResponse.ListedGroup
 _names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=140)  # past 127 bytes too
@@ -76,21 +76,10 @@ def test_a_truncated_answer_is_a_value_error(version: int, cut: int) -> None:
     data = _encode(
         [Listed(group_id="group", protocol_type="consumer", group_state="Empty", group_type="classic")], version
     )
-    decoder = DECODERS[version]
-    with pytest.raises(ValueError, match=f"ListGroups v{version}"):
-        decoder.decode(io.BytesIO(data[: len(data) - cut]))
-    with pytest.raises(ValueError):
-        decoder.decode(io.BytesIO(data + b"\x00"))  # bytes left over
-    assert isinstance(decoder.decode(io.BytesIO(data)), ListGroupsAnswer)
+    refuses_damage(DECODERS[version], data, cut, f"ListGroups v{version}", ListGroupsAnswer)
 
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 def test_the_request_is_kafka_pythons_and_its_answer_comes_here(version: int) -> None:
     """The request's bytes are kafka-python's own; only the answer's decoder differs, for versions 3 to 5."""
-    ours, theirs = OwnListGroupsRequest(), ListGroupsRequest(min_version=0)
-    for request in (ours, theirs):
-        request.API_VERSION = version  # as kafka-python's version negotiation sets it
-        request.with_header(correlation_id=7, client_id="lagwatch")
-    assert bytes(ours.encode(header=True, framed=True)) == bytes(theirs.encode(header=True, framed=True))
-    assert ours._header.get_response_class() is DECODERS[version]
-    assert theirs._header.get_response_class() is not DECODERS[version]
+    sends_kafkas_bytes(OwnListGroupsRequest(), ListGroupsRequest(min_version=0), version, DECODERS[version])

@@ -17,7 +17,7 @@ from typing import NamedTuple
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 
 from lagwatch.collect.own_answers import AnswerDecoder, OwnAnswer, register
-from lagwatch.offsets_topic.decode import WireReader
+from lagwatch.offsets_topic.decode import WireReader, short_texts
 
 VERSIONS = (5, 6)  # 5: the first flexible version; 6 adds each group's error message
 
@@ -115,27 +115,19 @@ def _common_run(data: bytes, pos: int, most: int, v6: bool, out: list[DescribedA
         while read < most:
             if data[pos] or data[pos + 1] or (v6 and data[pos + 2]):  # an error code, or an error message
                 break
-            p = pos + (3 if v6 else 2)
-            texts = []  # group id, state, protocol type, the protocol's name: compact strings
-            for _ in range(4):
-                n = data[p]  # length + 1, in one byte
-                if not 0 < n < 128:
-                    break
-                texts.append(data[p + 1 : p + n])
-                p += n
-            else:
-                # no members (compact array length 0 + 1), authorized operations (4 bytes), no tagged fields
-                if data[p] == 1 and data[p + 5] == 0:
-                    group_id, state, protocol_type, _ = texts
-                    state_text = names.get(state) or names.setdefault(state, state.decode())
-                    protocol_text = names.get(protocol_type) or names.setdefault(protocol_type, protocol_type.decode())
-                    out.append(
-                        new_tuple(DescribedAnswer, (group_id.decode(), 0, None, state_text, protocol_text, no_members))
-                    )
-                    pos = p + 6
-                    read += 1
-                    continue
-            break
+            # group id, state, protocol type, the protocol's name: compact strings
+            found = short_texts(data, pos + (3 if v6 else 2), 4)
+            if found is None:
+                break
+            (group_id, state, protocol_type, _), p = found
+            # no members (compact array length 0 + 1), authorized operations (4 bytes), no tagged fields
+            if data[p] != 1 or data[p + 5] != 0:
+                break
+            state_text = names.get(state) or names.setdefault(state, state.decode())
+            protocol_text = names.get(protocol_type) or names.setdefault(protocol_type, protocol_type.decode())
+            out.append(new_tuple(DescribedAnswer, (group_id.decode(), 0, None, state_text, protocol_text, no_members)))
+            pos = p + 6
+            read += 1
     except (IndexError, UnicodeDecodeError):
         pass  # cut short or not UTF-8: `decode` reads this group field by field and says what is wrong
     return read, pos

@@ -32,6 +32,7 @@ from lagwatch.collect.kip848 import (
     StreamsGroupDescribeRequest,
     StreamsGroupDescribeResponse,
 )
+from lagwatch.collect.offset_fetch_answer import topic_ahead
 from lagwatch.collect.own_answers import AnswerDecoder, OwnAnswer, register
 from lagwatch.model import Member, ShareOffset, TopicPartition
 from lagwatch.offsets_topic.decode import Malformed, WireReader
@@ -384,12 +385,8 @@ def decode_share_offsets(data: bytes, version: int) -> ShareOffsetsAnswer:
         for _ in range(r.compact_array_length()):
             topic = r.text()
             r.skip(UUID_BYTES)
-            by_index = interned.get(topic)
-            if by_index is None:
-                by_index = interned[topic] = {}
-            partitions = r.compact_array_length()
+            by_index, partitions, run = topic_ahead(r, interned, topic, common)
             done = 0
-            run = r.peek_run(common, partitions) if partitions > 0 else None
             for row in run or ():
                 if row[-1] or row[-2]:  # tagged fields, or an error message: read field by field below
                     break

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lagwatch.offsets_topic.decode import WireReader
+from lagwatch.offsets_topic.decode import WireReader, short_texts
 
 VERSIONS = (3, 4, 5)  # 3: the first flexible version; 4 adds each group's state, 5 its type
 
@@ -76,28 +76,14 @@ def _common_run(
     read = 0
     try:
         while read < most:
-            p = pos
-            fields: list[str] = []
-            for k in range(texts):
-                n = data[p]  # length + 1, in one byte
-                if not 0 < n < 128:
-                    break
-                raw = data[p + 1 : p + n]
-                if k == 0:
-                    fields.append(raw.decode())
-                else:
-                    text = names.get(raw)
-                    if text is None:
-                        text = names[raw] = raw.decode()
-                    fields.append(text)
-                p += n
-            else:
-                if data[p] == 0:  # no tagged fields
-                    out.append(_listed(fields))
-                    pos = p + 1
-                    read += 1
-                    continue
-            break
+            found = short_texts(data, pos, texts)
+            if found is None or data[found[1]] != 0:  # a longer text, or tagged fields: read in full
+                break
+            raw, p = found
+            fields = [raw[0].decode()]  # the group id; the others are a few values, decoded once
+            fields += [names.get(t) or names.setdefault(t, t.decode()) for t in raw[1:]]
+            out.append(_listed(fields))
+            pos, read = p + 1, read + 1
     except (IndexError, UnicodeDecodeError):
         pass  # cut short or not UTF-8: `decode` reads this group field by field and says what is wrong
     return read, pos

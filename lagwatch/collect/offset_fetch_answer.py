@@ -8,7 +8,8 @@ Apart from the request, which is kafka-python's class, so that setup.py can comp
 from __future__ import annotations
 
 import struct
-from typing import ClassVar
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from lagwatch.model import CommittedOffset, TopicPartition
 from lagwatch.offsets_topic.decode import WireReader
@@ -34,6 +35,20 @@ class OffsetFetchAnswer:
         return f"OffsetFetchAnswer(groups={len(self.groups)})"
 
 
+def topic_ahead(
+    r: WireReader, interned: dict[str, dict[int, TopicPartition]], topic: str, fixed: struct.Struct
+) -> tuple[dict[int, TopicPartition], int, Iterator[tuple[Any, ...]] | None]:
+    """For the partition records of `topic` that follow: the topic's partitions made so far in this answer (one
+    TopicPartition per partition for a whole answer: ten groups on a topic share them, and so do the snapshot
+    and the history's keys), how many records follow, and a run of them read as `fixed` (WireReader.peek_run).
+    Shared with the share groups' offsets (lagwatch.collect.group_describes)."""
+    by_index = interned.get(topic)
+    if by_index is None:
+        by_index = interned[topic] = {}
+    partitions = r.compact_array_length()
+    return by_index, partitions, r.peek_run(fixed, partitions) if partitions > 0 else None
+
+
 def decode(data: bytes) -> OffsetFetchAnswer:
     """The body of an OffsetFetch v8 answer (after its header), read with the `__consumer_offsets` decoder's
     reader (its bounds checks, varints, compact strings and tagged fields)."""
@@ -42,22 +57,16 @@ def decode(data: bytes) -> OffsetFetchAnswer:
     new_tuple = tuple.__new__  # CommittedOffset's own __new__ is a Python function around this call
     throttle = r.int32()
     groups: list[tuple[str, int, dict[TopicPartition, CommittedOffset]]] = []
-    # One TopicPartition per partition for the whole answer (ten groups on a topic share them): fewer objects
-    # built here, and fewer kept by the snapshot and the history's keys.
-    interned: dict[str, dict[int, TopicPartition]] = {}
+    interned: dict[str, dict[int, TopicPartition]] = {}  # see topic_ahead
     for _ in range(r.compact_array_length()):
         group_id = r.compact_string()
         committed: dict[TopicPartition, CommittedOffset] = {}
         for _ in range(r.compact_array_length()):
-            topic = r.compact_string()
-            by_index = interned.get(topic)
-            if by_index is None:
-                by_index = interned[topic] = {}
-            partitions = r.compact_array_length()
-            done = 0
             # Nearly every commit has no metadata and no tagged fields: a run of them is unpacked in one call, up
             # to the first that has (read field by field below, with the rest of the topic's).
-            run = r.peek_run(common, partitions) if partitions > 0 else None
+            topic = r.compact_string()
+            by_index, partitions, run = topic_ahead(r, interned, topic, common)
+            done = 0
             if run is not None:
                 for index, offset, epoch, metadata_length, error_code, tags in run:
                     if metadata_length != 1 or tags != 0:

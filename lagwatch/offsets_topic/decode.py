@@ -279,6 +279,20 @@ class WireReader:
             raise Malformed(f"{self.remaining()} bytes left over after the {what}")
 
 
+def short_texts(data: bytes, p: int, count: int) -> tuple[list[bytes], int] | None:
+    """`count` compact strings from `p`, each shorter than 127 bytes (its length + 1 in one byte), as the answers'
+    fast runs read them (lagwatch.collect's ListGroups and DescribeGroups decoders): their bytes and where they end;
+    None at one that is longer, or null. IndexError when the data ends first."""
+    texts = []
+    for _ in range(count):
+        n = data[p]
+        if not 0 < n < 128:
+            return None
+        texts.append(data[p + 1 : p + n])
+        p += n
+    return texts, p
+
+
 def decode_record(key: bytes | None, value: bytes | None) -> Record:
     """Decodes one `__consumer_offsets` record. Never raises: bad input comes back as Undecodable."""
     if key is None:
