@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from lagwatch.history import ClusterHistory, GroupMeasure, GroupTrack
 from lagwatch.model import SEVERITY_OF, ClusterSnapshot, Finding, GroupSnapshot
-from lagwatch.rules.settings import RuleResolver, RuleSet
+from lagwatch.rules.resolver import Resolved, RuleResolver
+from lagwatch.rules.settings import RuleSet
 
 
-# Not frozen: a frozen dataclass sets each field through object.__setattr__, and one is built per group at every
-# poll. Rules read it and never assign to it.
-@dataclass(slots=True)
 class GroupContext:
+    """Built once per group at every poll, read by the rules, never assigned to by them. A plain class with its own
+    __init__, not a dataclass: compiled (setup.py), a dataclass keeps the dataclasses module's generated __init__,
+    interpreted (and a frozen one sets each field through object.__setattr__)."""
+
     snapshot: ClusterSnapshot
     history: ClusterHistory
     group: GroupSnapshot
@@ -27,7 +28,40 @@ class GroupContext:
     # alerts neither fire nor resolve. Shared with the engine, which hands it to the alert book.
     held: set[str]
     group_rules: tuple[RuleSet, dict[str, str]]  # resolver.resolve(cluster, group): what rules() answers most
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[str, Any]
+    # The rules with an alert in `active`: holding or asking after an alert of any other rule needs no key (the
+    # resolver's lookup of its labels, a cache miss at 1M group-partitions, for every group at every poll).
+    active_rules: set[str]
+    # What the resolver answered for the group's own alerts, and for the last topic asked about: the rules ask for
+    # a group's one topic several times a poll, and each resolver lookup at 1M group-partitions (200,000 entries)
+    # was a cache miss or two (bench/README.md).
+    _group_labels: tuple[Mapping[str, str], str] | None
+    _topic: str | None
+    _topic_entry: Resolved | None
+    _topic_labels: tuple[Mapping[str, str], str] | None
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        history: ClusterHistory,
+        group: GroupSnapshot,
+        measure: GroupMeasure,
+        track: GroupTrack | None,
+        resolver: RuleResolver,
+        now: float,
+        active: Mapping[str, str],
+        held: set[str],
+        group_rules: tuple[RuleSet, dict[str, str]],
+        active_rules: set[str] | None = None,
+    ) -> None:
+        self.snapshot, self.history, self.group, self.measure, self.track = snapshot, history, group, measure, track
+        self.resolver, self.now, self.active, self.held, self.group_rules = resolver, now, active, held, group_rules
+        self.memo = {}
+        self.active_rules = active_rules if active_rules is not None else rules_of(active)
+        self._group_labels = None
+        self._topic = None
+        self._topic_entry = None
+        self._topic_labels = None
 
     @property
     def evidence_since(self) -> float | None:
@@ -39,6 +73,8 @@ class GroupContext:
         return since is not None and since <= self.now - window_s
 
     def hold(self, rule: str, topic: str | None = None) -> None:
+        if rule not in self.active_rules:
+            return
         key = self._key(rule, topic)
         if key in self.active:  # only alerts that exist can be held; nothing to do for the rest
             self.held.add(key)
@@ -50,11 +86,29 @@ class GroupContext:
     def rules(self, topic: str | None = None) -> tuple[RuleSet, dict[str, str]]:
         if topic is None:
             return self.group_rules
-        return self.resolver.resolve(self.snapshot.cluster, self.group.group_id, topic)
+        return self._entry(topic).rules
 
     def _labels_and_key(self, topic: str | None) -> tuple[Mapping[str, str], str]:
         """The labels of this group's alerts about `topic` and their part of alert_key (kept by the resolver)."""
-        return self.resolver.labels(self.snapshot.cluster, self.group.group_id, topic)
+        if topic is None:
+            found = self._group_labels
+            if found is None:
+                found = self._group_labels = self.resolver.labels(self.snapshot.cluster, self.group.group_id, None)
+            return found
+        entry = self._entry(topic)
+        found = self._topic_labels
+        if found is None:
+            cluster, group = self.snapshot.cluster, self.group.group_id
+            found = self._topic_labels = self.resolver.entry_labels(entry, cluster, group, topic)
+        return found
+
+    def _entry(self, topic: str) -> Resolved:
+        """The resolver's entry of (cluster, group, `topic`): one lookup for its rules and its labels."""
+        entry = self._topic_entry
+        if entry is None or topic != self._topic:
+            entry = self._topic_entry = self.resolver.entry(self.snapshot.cluster, self.group.group_id, topic)
+            self._topic, self._topic_labels = topic, None
+        return entry
 
     def _key(self, rule: str, topic: str | None) -> str:
         """alert_key(rule, the labels of its alerts about `topic`)."""
@@ -62,7 +116,7 @@ class GroupContext:
 
     def active_severity(self, rule: str, topic: str | None = None) -> str | None:
         """Severity of the alert this rule would raise here if it fires already; "pending" if it is pending."""
-        return self.active.get(self._key(rule, topic)) if self.active else None
+        return self.active.get(self._key(rule, topic)) if rule in self.active_rules else None
 
     def finding(
         self,
@@ -91,3 +145,8 @@ class GroupContext:
             key=rule + key_suffix,
             keep_firing_for_s=keep_firing_for_s,
         )
+
+
+def rules_of(active: Mapping[str, str]) -> set[str]:
+    """The rules of the alerts `active` holds (an alert key is its rule, then "|" and its labels)."""
+    return {key[: key.find("|")] for key in active}

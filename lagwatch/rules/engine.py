@@ -12,8 +12,8 @@ from lagwatch.history.rings import NO_VALUE
 from lagwatch.lag import GroupLag, LagState, group_lag
 from lagwatch.model import ClusterSnapshot, Finding, PartitionOffsets, TopicPartition
 from lagwatch.rules import expiry, progress, thresholds
-from lagwatch.rules.context import GroupContext
-from lagwatch.rules.settings import RuleResolver
+from lagwatch.rules.context import GroupContext, rules_of
+from lagwatch.rules.resolver import RuleResolver
 
 GROUP_RULES: tuple[Callable[[GroupContext], Iterator[Finding]], ...] = (
     thresholds.lag_over_threshold,
@@ -68,6 +68,7 @@ def evaluate(
     partial: set[tuple[str, str | None]] = set()
     measures: dict[str, GroupMeasure] = {}
     expiries: dict[str, float] = {}
+    active_rules = rules_of(active)  # once per evaluation, not per group
     combinations = 1  # the resolver's (group, topic) combinations this evaluation asks for: the cluster's own
     for group in snapshot.groups:
         combinations += 1
@@ -125,7 +126,9 @@ def evaluate(
         rate_since = max(now - rules.rate_window_s, now if evidence is None else evidence)
         measure = measure_group(lag, history, now, rate_since, snapshot.record_times, production_rates)
         measures[group.group_id] = measure
-        ctx = GroupContext(snapshot, history, group, measure, track, resolver, now, active, held, group_rules)
+        ctx = GroupContext(
+            snapshot, history, group, measure, track, resolver, now, active, held, group_rules, active_rules
+        )
         for rule in GROUP_RULES:
             findings.extend(rule(ctx))
         view = expiry.group_outlook(ctx)

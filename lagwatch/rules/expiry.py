@@ -23,7 +23,7 @@ from typing import NamedTuple
 from lagwatch.history import Clock, ClusterHistory
 from lagwatch.model import SEVERITY_OF, BrokerSettings, ClusterSnapshot, Finding, GroupKind, Severity, TopicPartition
 from lagwatch.rules.context import GroupContext
-from lagwatch.rules.settings import RuleResolver
+from lagwatch.rules.resolver import RuleResolver
 from lagwatch.rules.text import duration, partitions, timestamp
 
 KAFKA_DEFAULT_RETENTION_MINUTES = 10080
