@@ -167,7 +167,7 @@ def lag_over_threshold(ctx: GroupContext) -> Iterator[Finding]:
         if topic.unknown and _RANK.get(severity, 0) < _RANK.get(active or "", 0):
             continue  # a partition's log end unread: what the rest says may raise the alert, never lower it
         # The five rows with the most lag, in row order among equals (a stable sort of the row numbers).
-        worst = sorted(range(start, end), key=lambda i: -lags[i])[:5]
+        worst = sorted(range(start, end), key=lags.__getitem__, reverse=True)[:5]  # reverse keeps it stable
         eta = m.eta_s
         falling_behind = m.falling_behind
         if progress is None:
