@@ -304,6 +304,12 @@ _BUSY, _QUIET = ("ok", [0, 0, 0], [3, 3, 3], False, 30), ("ok", [0, 0, 0], [0, 0
 @given(st.lists(_WINDOW_POLL, min_size=2, max_size=40), st.sampled_from([0, 1, 2, 3, 3]))
 @example([_BUSY] * 3 + [_QUIET] * 8, 3)  # records, then none: lag no longer grows, the group is not stopped
 @example([_BUSY] * 3 + [("ok", [1, 0, 0], [3, 3, 3], False, 30)] * 8, 1)  # one partition commits: not stopped
+@example(  # a group first read after a blind spell, then a record: both paths learn with the configured stall window
+    [("unreadable", [0, 0, 0], [0, 0, 0], False, 30), ("failed", [0, 0, 0], [0, 0, 0], False, 30)]
+    + [_QUIET] * 4
+    + [("ok", [0, 0, 0], [0, 0, 1], False, 30)],
+    0,
+)
 @settings(max_examples=300, deadline=None)
 def test_window_rules_decide_the_same_from_aligned_windows(polls: list, stuck: int) -> None:  # type: ignore[type-arg]
     """stalled and stopped answer from array slices when every poll of a window sampled both values, and from
@@ -318,6 +324,9 @@ def test_window_rules_decide_the_same_from_aligned_windows(polls: list, stuck: i
     }
     fast, general = Pipeline(rules), Pipeline(rules)
     general.history = general.pipeline.history = _GeneralPathOnly("c", max_gap_s=90.0)
+    # As the pipeline hooks its own history (it learnt the default stall window without, and took a group new
+    # after a blind spell for a prompt committer where the other did not: hypothesis found it).
+    general.history.stall_window_of = general.pipeline._stall_window
     tps = (TP, TP1, AUDIT)
     committed, ends, t = dict.fromkeys(tps, 10), dict.fromkeys(tps, 10), 0.0
     for kind, commits, produced, no_end, step in polls:
