@@ -9,6 +9,13 @@ that has run for half an hour (memory and history saves are measured at that ste
 
     python bench/daemon_step_bench.py --sizes 10000x10 --steps 8
     python bench/daemon_step_bench.py --sizes 10000x10 --steps 8 --kafka   # collect included, on a real Kafka
+
+A real broker's poll, saved once and replayed: every phase after the poll on real data, without the broker on the
+same cores (its garbage collector and the machine's drift moved the whole step by 5-10% from run to run; the
+replay's CPU time moves by about 1%, fine enough to see a change of 2-3%):
+
+    python bench/daemon_step_bench.py --kafka --bootstrap 127.0.0.1:39092 --save-poll /tmp/poll.pickle
+    python bench/daemon_step_bench.py --replay /tmp/poll.pickle --steps 8 --warm 10 --receivers 1
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import dataclasses
 import gc
 import os
+import pickle
 import resource
 import statistics
 import sys
@@ -166,6 +174,40 @@ class SpacedPolls:
         self.poller.close()
 
 
+class ReplayedPolls:
+    """One real poll (`--save-poll`), replayed dated 30 s apart: the broker's figures stand still, as on the bench's
+    broker, where nothing is produced or committed during the steps."""
+
+    def __init__(self, path: str, interval: float = 30.0) -> None:
+        with open(path, "rb") as f:
+            self.snapshot: ClusterSnapshot = pickle.load(f)  # a file this bench wrote (--save-poll)
+        self.interval = interval
+        self.t = time.time() - 3600
+
+    def poll(self) -> ClusterSnapshot:
+        self.t += self.interval
+        return dataclasses.replace(self.snapshot, taken_at=self.t)
+
+    def close(self) -> None:
+        pass
+
+
+def save_poll(bootstrap: str, path: str) -> None:
+    """The second poll of the groups on a running broker (the first finds their coordinators), saved to `path`."""
+    from lagwatch.collect import ClusterPoller
+
+    poller = ClusterPoller("bench", ClusterConfig(bootstrap_servers=[bootstrap], exact_clocks=False))
+    for _ in range(2):
+        snapshot = poller.poll()
+    poller.close()
+    if not snapshot.ok:
+        raise SystemExit(f"the poll failed: {snapshot.error}")
+    with open(path, "wb") as f:
+        pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+    rows = sum(len(g.committed) for g in snapshot.groups)
+    say(f"saved a poll of {len(snapshot.groups):,} groups, {rows:,} group-partitions to {path}")
+
+
 def run(
     groups: int,
     partitions: int,
@@ -176,6 +218,7 @@ def run(
     create: bool = True,
     receivers: int = 0,
     per_topic: int = 20,
+    replay: str | None = None,
 ) -> None:
     interval = 30.0
     with tempfile.TemporaryDirectory() as state:
@@ -186,11 +229,15 @@ def run(
             alerts={"group_wait_s": 0, "group_interval_s": 0},
             history_save_interval_s=0,  # save history every step: the worst case
         )
-        poller = (
-            SyntheticPoller(groups, partitions, interval)
-            if bootstrap is None
-            else kafka_poller(bootstrap, groups, partitions, create, per_topic)
-        )
+        poller: Any
+        if replay is not None:
+            poller = ReplayedPolls(replay, interval)
+            groups = len(poller.snapshot.groups)
+            partitions = round(sum(len(g.committed) for g in poller.snapshot.groups) / max(groups, 1))
+        elif bootstrap is None:
+            poller = SyntheticPoller(groups, partitions, interval)
+        else:
+            poller = kafka_poller(bootstrap, groups, partitions, create, per_topic)
         cluster = ClusterConfig(bootstrap_servers=["127.0.0.1:9"], poll_interval_s=interval, exact_clocks=False)
         daemon = Daemon(
             settings,
@@ -285,10 +332,21 @@ def main() -> None:
     parser.add_argument(
         "--default-malloc", action="store_true", help="glibc's moving mmap threshold, not lagwatch run's"
     )
+    parser.add_argument("--save-poll", metavar="PATH", help="with --kafka --bootstrap: save one poll of its groups")
+    parser.add_argument("--replay", metavar="PATH", help="step on a poll --save-poll saved (no broker)")
     args = parser.parse_args()
+    if args.save_poll:
+        if not (args.kafka and args.bootstrap):
+            parser.error("--save-poll needs --kafka --bootstrap HOST:PORT")
+        save_poll(args.bootstrap, args.save_poll)
+        return
     if not args.default_malloc:
         malloc_policy.configure()  # as `lagwatch run` does first
     say(f"malloc: {'glibc defaults' if args.default_malloc else 'as lagwatch run sets it'}")
+    if args.replay:
+        say(f"replaying the poll saved in {args.replay}")
+        run(0, 0, args.steps, args.warm, args.default_gc, None, receivers=args.receivers, replay=args.replay)
+        return
     if args.kafka and args.bootstrap:
         for size in args.sizes.split(","):
             g, p = (int(x) for x in size.split("x"))

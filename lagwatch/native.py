@@ -4,7 +4,7 @@ Compiled modules sit beside their source, and Python imports an extension module
 So a compiled module that no longer matches its source (a checkout edited or updated since the build) would run
 the old code in silence. At import, before any of them is loaded, the build's manifest (each source's SHA-256) is
 compared with the source; if one differs, or LAGWATCH_PURE_PYTHON is set, all of them are imported from source
-(they call each other directly once compiled: a mix would not do). Hashing the seventeen files takes about 1 ms.
+(they call each other directly once compiled: a mix would not do). Hashing the eighteen files takes about 1 ms.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 NOT_SAMPLED = -(2**63)  # the poll did not sample this value (group unreadable, partition not assigned then)
 NO_VALUE = NOT_SAMPLED + 1  # sampled, but there was nothing (no committed offset, no log end)
 
@@ -19,6 +21,7 @@ def _offsets() -> array[int]:
     return array("q")
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass(slots=True)
 class PollRing:
     """Values at consecutive polls from poll number `first` on; NOT_SAMPLED where a poll left a gap."""

@@ -8,12 +8,15 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 # Enough points to interpolate well across hours of history while bounding memory per partition.
 DEFAULT_CAPACITY = 48
 RESUME_EPSILON_S = 0.001  # the log end as last seen, held until just before the first poll after a blind spell
 RESUME_STRETCH_S = 2 * RESUME_EPSILON_S  # a segment that short is a resumed spell's jump: polls are seconds apart
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass
 class LogEndTimeline:
     """Points (time, log end) in time order; the log end never decreases along it.

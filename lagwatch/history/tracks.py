@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from lagwatch.history.rings import NO_VALUE, PollRing
 from lagwatch.model import TopicPartition
 
@@ -50,6 +52,7 @@ class Sample(NamedTuple):
     log_end: int | None
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass(frozen=True, slots=True)
 class Clock:
     """A moment lagwatch saw (`observed`), or the first time it looked (`observed=False`): the true moment may be
@@ -70,6 +73,7 @@ class Vanished:
     clocks: dict[TopicPartition, Clock] = field(default_factory=dict)
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass(slots=True)
 class CommitWaits:
     """How long records waited for a partition's commit, the last few times it took longer than a poll (a sink
@@ -85,6 +89,7 @@ class CommitWaits:
     longest_wait_at: float | None = None  # when it was learnt
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass(slots=True)
 class PartitionProgress(PollRing):
     """A group-partition's committed offset at each poll that sampled it (times and log ends: ClusterHistory).
@@ -169,6 +174,7 @@ class PartitionProgress(PollRing):
 
 
 # Slotted: an instance dict was 184 of its 240 bytes (one per group: 18 MB at 1M group-partitions).
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 @dataclass(slots=True)
 class GroupTrack:
     kind: str

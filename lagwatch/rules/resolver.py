@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mypy_extensions import mypyc_attr
+
 from lagwatch.model import alert_key
 from lagwatch.rules.settings import RulesConfig, RuleSet, merge_rules
 
 _CACHE_LIMIT = 100_000
 
 
+@mypyc_attr(acyclic=True)  # holds no reference back to itself: no GC header, never traversed (bench/README.md)
 class Resolved:
     """What the resolver keeps of one (cluster, group, topic): its rules (shared by every combination the same
     overrides match), and once asked for, its alert labels and their part of alert_key. One entry in one dict: two
