@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,17 +59,21 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
     producer.close()
 
 
-def commit(consumer: KafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+def commit(consumer: KafkaConsumer, offsets: dict[TopicPartition, int], timeout_s: float = 60) -> None:
     """Commits `offsets`; a subscribed consumer caught in a rebalance (under load, a metadata refresh can start
-    one right after the join) polls to finish it and commits again."""
-    for attempt in range(20):
+    one right after the join) polls to finish it and commits again.
+
+    Bounded by time, not by tries: the broker holds a rejoin until every member it knows rejoins or its session
+    ends (10 s for kafka-python's), and CI once saw twenty polls of 0.5 s end before it did."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         try:
             consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
             return
         except (errors.RebalanceInProgressError, errors.CommitFailedError):
-            if attempt == 19:
+            if time.monotonic() > deadline:
                 raise
-            consumer.poll(500, max_records=1)
+            consumer.poll(1000)  # drives the rejoin; the records it returns are not needed
 
 
 def subscribed_consumer(bootstrap: str, group: str, topics: list[str]) -> KafkaConsumer:
