@@ -84,8 +84,8 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -f docs/mkdocs.yml
 lint: docs
 
-# Two workers, a test file whole on one (its module fixtures built once): most of the run waits on real-time
-# broker scenarios (an outage, offsets expiring), so two run at once. 15 min in one process, 9 in two (2 cores).
+# Two workers, a test file whole on one (its module fixtures built once), the Spark files all on one worker while
+# the other runs the broker scenarios that wait on real time (tests/conftest.py, pytest_xdist_make_scheduler).
 # Each worker starts its own broker; PYTEST_WORKERS= runs everything in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 test: test-deps $(VENV)/.installed native lint

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,11 +96,64 @@ def spark(spark_jars: Path):  # type: ignore[no-untyped-def]
     session.stop()
 
 
+# `make test`'s two workers (`--dist loadfile`): a test file whole on one worker, except the files that run Spark,
+# all on one worker, one after another, while the other worker runs the broker scenarios, which wait on real time.
+# Most of the run's CPU is Spark's JVM (56% of it, sampled 2026-11-28): two Spark files at once, one on each
+# worker, slowed each other on 2 cores, then both workers waited on real time together.
+SPARK_SCOPE = "spark"
+# The files that take longest, measured on 2026-11-28 (seconds on one worker): given out first, so that neither
+# worker is left alone with one of them at the end. Only the order depends on this list, never what runs.
+LONGEST_FIRST = (
+    "tests/test_false_pages_kafka.py",  # 346 s
+    "tests/test_daemon_kafka.py",  # 148 s
+    "tests/test_share_groups_kafka.py",  # 77 s
+    "tests/test_streams_groups_kafka.py",  # 70 s
+    "tests/test_lake_s3.py",  # 42 s
+    "tests/test_stop.py",  # 38 s
+    "tests/test_slack.py",  # 36 s
+)
+
+
+def _spark_files() -> frozenset[str]:
+    """The test files with a test marked `spark` (read from their text: the controller collects no items)."""
+    here = Path(__file__).parent
+    return frozenset(
+        f"tests/{path.name}" for path in here.glob("test_*.py") if "mark.spark" in path.read_text(encoding="utf-8")
+    )
+
+
+def _schedule_rank(path: str, spark_files: frozenset[str]) -> int:
+    if path in spark_files:
+        return 0
+    return 1 + LONGEST_FIRST.index(path) if path in LONGEST_FIRST else 1 + len(LONGEST_FIRST)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadfile`: the Spark files are one unit of work, the others a unit per file, given out in
+    the order the workers collected them (pytest_collection_modifyitems below: Spark's first, then the longest)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    spark_files = _spark_files()
+
+    class SparkApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SPARK_SCOPE if path in spark_files else path
+
+    config.option.loadscopereorder = False  # xdist's own order is by the number of tests in a unit
+    return SparkApart(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs the tests on two pytest-xdist workers, which schedule by node id and run only the first
     of items that share one. schemathesis gives every API operation's test the same node id (its name has the
     operation), so 10 of the 11 fuzzed operations went unrun: such items get the node id their name implies,
-    and a collection with a duplicate left stops the run rather than passing with tests missing."""
+    and a collection with a duplicate left stops the run rather than passing with tests missing.
+
+    The files are then ordered for the workers (see SPARK_SCOPE); tests keep their order within a file."""
     seen: dict[str, int] = {}
     for item in items:
         seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
@@ -110,6 +164,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(set(nodeids)) != len(nodeids):
         duplicates = sorted({n for n in nodeids if nodeids.count(n) > 1})
         raise pytest.UsageError(f"tests share a node id (xdist would run only one): {duplicates[:3]}")
+    spark_files = _spark_files()
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (_schedule_rank(item.nodeid.split("::", 1)[0], spark_files), order[id(item)]))
 
 
 @pytest.fixture(scope="session")
